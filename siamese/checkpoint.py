@@ -119,6 +119,11 @@ def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> tuple[Con
     if weights.suffix != ".safetensors":
         raise CheckpointError(f"{weights.name}: only .safetensors weights are loaded (never pickles)")
     try:
+        with safe_open(str(weights), framework="pt"):  # reads the header only: a pickle fails here, unopened
+            pass
+    except Exception as error:
+        raise CheckpointError(f"{weights.name} is not a readable safetensors file ({error})") from None
+    try:
         config = ModelConfig.from_dict({**meta["config"], "pretrained": False})  # weights come from the file
     except (KeyError, TypeError, ValueError) as error:
         raise CheckpointError(f"{path.name}: invalid model config in metadata ({error})") from None

@@ -78,6 +78,7 @@ class Embedder:
             self.images_forwarded += len(images)
             return self.model.embed(batch).float().cpu()
 
+    @torch.inference_mode()  # the result, and every cached row, is an inference tensor: no autograd, ever
     def embed(self, images: Sequence[DecodedImage]) -> torch.Tensor:
         """(N, D) unit-length embeddings, in the order given."""
         found: dict[str, torch.Tensor] = {}

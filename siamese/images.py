@@ -24,8 +24,9 @@ MAX_PIXELS = 50_000_000
 # The largest encoded file we accept (matches the app's upload limit).
 MAX_BYTES = 32 * 1024 * 1024
 # Raster formats PIL decodes in-process. Anything else (EPS runs Ghostscript, SVG, HEIC, PDF…) is
-# refused by name.
-ALLOWED_FORMATS = ("JPEG", "PNG", "GIF", "WEBP", "BMP", "TIFF", "MPO", "PPM", "ICO")
+# refused by name. Multi-picture JPEGs (MPO) open through the JPEG entry; PIL registers no "MPO" opener,
+# and naming one here makes Image.open raise KeyError for every file that is not an earlier format.
+ALLOWED_FORMATS = ("JPEG", "PNG", "GIF", "WEBP", "BMP", "TIFF", "PPM", "ICO")
 
 ImageFile.LOAD_TRUNCATED_IMAGES = False  # a truncated file is an error, never half an image
 
@@ -71,11 +72,11 @@ def to_bytes(source: ImageSource) -> bytes:
         path = Path(source)
         try:
             size = path.stat().st_size
+            if size > MAX_BYTES:
+                raise ImageError(f"file is {size / 2**20:.1f} MB; the limit is {MAX_BYTES / 2**20:.0f} MB")
+            return path.read_bytes()  # a directory, or a file gone since stat, fails here
         except OSError as error:
             raise ImageError(f"cannot read {path.name or path}: {error.strerror or error}") from error
-        if size > MAX_BYTES:
-            raise ImageError(f"file is {size / 2**20:.1f} MB; the limit is {MAX_BYTES / 2**20:.0f} MB")
-        return path.read_bytes()
     if isinstance(source, Image.Image):
         return _encode_png(source)
     if isinstance(source, np.ndarray):
@@ -91,7 +92,7 @@ def content_hash(data: bytes) -> str:
 def _to_rgb(image: Image.Image) -> Image.Image:
     """Converts any PIL mode to RGB; transparency is composited over white, high bit depths scaled."""
     mode = image.mode
-    if mode == "RGB":
+    if mode == "RGB" and "transparency" not in image.info:  # an RGB PNG may still have a transparent colour
         return image
     if mode in ("I;16", "I;16L", "I;16B", "I;16N", "I", "F"):
         array = np.asarray(image, dtype=np.float64)
@@ -143,7 +144,7 @@ def decode_bytes(data: bytes, max_pixels: int = MAX_PIXELS) -> Image.Image:
         except (Image.DecompressionBombError, Image.DecompressionBombWarning):
             raise ImageError(f"the image declares too many pixels (limit {max_pixels:,})") from None
         except (OSError, SyntaxError, ValueError) as error:
-            raise ImageError(f"the image header is corrupt ({error})") from None
+            raise ImageError(f"the image header is truncated or corrupt ({error})") from None
         width, height = image.size
         if width <= 0 or height <= 0:
             raise ImageError(f"the image has no pixels ({width}×{height})")

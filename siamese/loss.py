@@ -5,9 +5,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-# D is sqrt(D²); below this D² the square root's gradient is clamped instead of infinite.
-_EPS = 1e-12
-
 
 def _check(emb_a: torch.Tensor, emb_b: torch.Tensor, labels: torch.Tensor) -> None:
     if emb_a.ndim != 2 or emb_a.shape != emb_b.shape:
@@ -40,7 +37,10 @@ class ContrastiveLoss(nn.Module):
         _check(emb_a, emb_b, labels)
         y = labels.to(emb_a.dtype)
         d2 = (emb_a - emb_b).pow(2).sum(dim=1)  # (N,) D², smooth at 0
-        d = d2.clamp_min(_EPS).sqrt()  # finite gradient at D = 0
+        # D exactly, with a finite gradient at D = 0: sqrt's derivative there is infinite, so the square
+        # root only ever sees positive values (a clamp to some ε would bias D, and L, by √ε).
+        positive = d2 > 0
+        d = torch.where(positive, d2.where(positive, 1.0).sqrt(), 0.0)
         return y * d2 + (1 - y) * (self.margin - d).clamp_min(0).pow(2)
 
     def forward(self, emb_a: torch.Tensor, emb_b: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
