@@ -69,12 +69,12 @@ class Embedder:
         self.device = torch.device(device)
         self.batch_size = batch_size
         self.images_forwarded = 0  # how many images went through the backbone (tests and benchmarks read it)
-        self._lock = threading.Lock()  # one forward at a time: two on 2 cores only thrash
+        self.lock = threading.Lock()  # one forward at a time: two on 2 cores only thrash
 
     def _forward(self, images: Sequence[DecodedImage]) -> torch.Tensor:
         batch = self.model.preprocessing.to_tensor([item.image for item in images])
         batch = batch.to(self.device).contiguous(memory_format=torch.channels_last)
-        with self._lock, torch.inference_mode():
+        with self.lock, torch.inference_mode():
             self.images_forwarded += len(images)
             return self.model.embed(batch).float().cpu()
 
