@@ -344,6 +344,7 @@ class ModelService:
         )
         if result.cancelled or result.model is None:
             raise JobCancelled("training was cancelled; the active model is unchanged")
+        ctx.report({"metrics": result.metrics, "history": result.history, "comparison": result.comparison})
         meta = model_metadata(
             result.model,
             threshold=result.threshold,

@@ -7,6 +7,7 @@ tiny so tests stay fast. Colours are RGB tuples unless the mode says otherwise.
 from __future__ import annotations
 
 import io
+import random
 import struct
 import zlib
 from collections.abc import Sequence
@@ -102,3 +103,41 @@ def png_declaring(width: int, height: int) -> bytes:
 
 SVG = b'<?xml version="1.0"?>\n<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"><rect/></svg>\n'
 HTML = b"<!DOCTYPE html>\n<html><body>not an image</body></html>\n"
+
+
+def shape_image(shape: str, color, seed: int, size: int = 48) -> bytes:
+    """A PNG of a filled circle or square on a light background, jittered by ``seed``."""
+    from PIL import ImageDraw
+
+    rng = random.Random(seed)
+    background = tuple(rng.randint(200, 255) for _ in range(3))
+    image = Image.new("RGB", (size, size), background)
+    draw = ImageDraw.Draw(image)
+    side = rng.randint(size // 2, size - 12)
+    x, y = rng.randint(2, size - side - 2), rng.randint(2, size - side - 2)
+    box = [x, y, x + side, y + side]
+    (draw.ellipse if shape == "circle" else draw.rectangle)(box, fill=color)
+    return encode(image, "PNG")
+
+
+def shapes_dataset(per_class: int = 20, seed: int = 0) -> list[tuple[str, bytes]]:
+    """(class, png bytes): red circles and blue squares, an easy two-class task for tests."""
+    items = []
+    for i in range(per_class):
+        items.append(("circle", shape_image("circle", (220, 30, 30), seed * 10_000 + 2 * i)))
+        items.append(("square", shape_image("square", (30, 30, 220), seed * 10_000 + 2 * i + 1)))
+    return items
+
+
+def labeled_pairs(items: list[tuple[str, bytes]], n: int, seed: int = 0) -> list[tuple[bytes, bytes, str]]:
+    """``n`` distinct pairs of ``items``, about half same, with their true labels."""
+    rng = random.Random(seed)
+    seen, pairs = set(), []
+    while len(pairs) < n:
+        i, j = rng.sample(range(len(items)), 2)
+        same_wanted = len(pairs) % 2 == 0
+        if (items[i][0] == items[j][0]) != same_wanted or frozenset((i, j)) in seen:
+            continue
+        seen.add(frozenset((i, j)))
+        pairs.append((items[i][1], items[j][1], "same" if same_wanted else "different"))
+    return pairs

@@ -1,0 +1,213 @@
+"""The shared model service: one active model, atomic swaps, rollback, restarts, failures."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+import torch
+
+from siamese.config import Settings
+from siamese.images import ImageError
+from siamese.service import ModelService
+from siamese.train import TooFewLabels
+from siamese.versions import VersionError
+from tests.images_factory import labeled_pairs, shapes_dataset
+
+
+def make_service(data_dir) -> ModelService:
+    return ModelService(Settings(data_dir=data_dir, backbone="small_cnn", pretrained=False), background=False)
+
+
+@pytest.fixture
+def service(tmp_path):
+    return make_service(tmp_path / "data")
+
+
+@pytest.fixture(scope="module")
+def items():
+    return shapes_dataset(per_class=16)
+
+
+def label_many(service, items, n=60, seed=0):
+    for a, b, label in labeled_pairs(items, n, seed=seed):
+        service.label(a, b, label)
+
+
+def wait_done(service, timeout=120):
+    deadline = time.monotonic() + timeout
+    while service.train_status()["state"] == "running":
+        assert time.monotonic() < deadline, "training did not finish in time"
+        time.sleep(0.1)
+    return service.train_status()
+
+
+def test_score_is_cosine_of_embeddings(service, items):
+    a, b = items[0][1], items[1][1]
+    result = service.score(a, b)
+    emb = service.embed([service.decode(a), service.decode(b)])
+    expected = float(emb[0] @ emb[1])
+    assert result["similarity"] == pytest.approx(expected, abs=1e-6)
+    assert result["distance"] == pytest.approx(float(torch.dist(emb[0], emb[1])), abs=1e-4)
+    assert result["same"] == (expected >= result["threshold"])
+    assert result["model_version"] == "v0"
+
+
+def test_second_score_of_same_images_runs_no_forward(service, items):
+    service.score(items[0][1], items[1][1])
+    before = service.active.embedder.images_forwarded
+    service.score(items[1][1], items[0][1])
+    assert service.active.embedder.images_forwarded == before
+
+
+def test_scored_images_join_the_pool(service, items):
+    service.score(items[0][1], items[1][1])
+    service.flush_pool()
+    assert service.store.pool_size() == 2
+
+
+def test_bad_inputs_raise_clear_errors_and_store_nothing(service, items):
+    with pytest.raises(ImageError, match="not a recognized image"):
+        service.score(b"hello, I am text", items[0][1])
+    with pytest.raises(ValueError, match="label must be 'same' or 'different'"):
+        service.label(items[0][1], items[1][1], "maybe")
+    with pytest.raises(ValueError, match="two different images"):
+        service.label(items[0][1], items[0][1], "same")
+    with pytest.raises(VersionError):
+        service.activate("../../etc/passwd")
+    with pytest.raises(ValueError, match="epochs"):
+        service.train(epochs=0)
+    assert service.counts() == {"same": 0, "different": 0, "total": 0}
+    assert [m["version"] for m in service.models()] == ["v0"]
+
+
+def test_label_in_either_order_is_one_pair(service, items):
+    first = service.label(items[0][1], items[2][1], "same")
+    again = service.label(items[2][1], items[0][1], "different")
+    assert first["created"] is True and again["created"] is False
+    assert again["pair_id"] == first["pair_id"]
+    assert (again["same"], again["different"], again["total"]) == (0, 1, 1)
+
+
+def test_too_few_labels(service, items):
+    label_many(service, items, n=4)
+    with pytest.raises(TooFewLabels):
+        service.train(epochs=1)
+    assert service.train_status()["state"] == "idle"
+
+
+@pytest.mark.slow
+def test_training_swaps_atomically_while_scores_are_served(service, items):
+    label_many(service, items, n=60)
+    a, b = items[0][1], items[1][1]
+    before = service.score(a, b)
+    thresholds = {"v0": service.active.threshold}
+    seen, errors, stop = [], [], threading.Event()
+
+    def keep_scoring():
+        while not stop.is_set():
+            try:
+                seen.append(service.score(a, b))
+            except Exception as error:  # any error while training runs is a failure
+                errors.append(error)
+
+    scorer = threading.Thread(target=keep_scoring)
+    scorer.start()
+    started = service.train(epochs=3)
+    assert started["state"] == "running"
+    with pytest.raises(RuntimeError, match="already running"):
+        service.train(epochs=1)
+    status = wait_done(service)
+    time.sleep(0.2)
+    stop.set()
+    scorer.join()
+    assert status["state"] == "succeeded", status["message"]
+    assert not errors
+    new_version = status["model_version"]
+    assert new_version == "v1" and service.active.version == "v1"
+    thresholds["v1"] = service.active.threshold
+    assert {s["model_version"] for s in seen} <= {"v0", "v1"}
+    assert seen[-1]["model_version"] == "v1"
+    for s in seen:  # each answer's threshold is its own version's: no mixed snapshot
+        assert s["threshold"] == thresholds[s["model_version"]]
+    for key in ("auc", "accuracy", "threshold", "n_train_pairs", "n_val_pairs"):
+        assert key in status["metrics"]
+    info = {m["version"]: m for m in service.models()}
+    assert info["v1"]["parent"] == "v0" and info["v1"]["active"] and not info["v0"]["active"]
+
+    # rollback: v0 scores exactly as before training
+    assert service.activate("v0") == {"model_version": "v0"}
+    assert service.score(a, b) == before
+
+    # a restart picks up the active version, the labels and the versions
+    counts = service.counts()
+    restarted = make_service(service.data_dir)
+    assert restarted.active.version == "v0"
+    assert restarted.counts() == counts
+    assert [m["version"] for m in restarted.models()] == ["v0", "v1"]
+    assert restarted.score(a, b)["similarity"] == pytest.approx(before["similarity"], abs=1e-6)
+
+
+@pytest.mark.slow
+def test_failed_save_keeps_the_old_model(service, items, monkeypatch):
+    label_many(service, items, n=40)
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(service.registry, "save", disk_full)
+    service.train(epochs=1)
+    status = wait_done(service)
+    assert status["state"] == "failed"
+    assert "No space left" in status["message"]
+    assert service.active.version == "v0"
+    assert [m["version"] for m in service.models()] == ["v0"]
+
+
+@pytest.mark.slow
+def test_cancel_keeps_the_old_model(service, items):
+    label_many(service, items, n=40)
+    service.train(epochs=200, mode="full")
+    time.sleep(0.5)
+    asked = time.monotonic()
+    service.cancel_training()
+    status = wait_done(service, timeout=10)
+    assert time.monotonic() - asked < 5
+    assert status["state"] == "cancelled"
+    assert service.active.version == "v0"
+    assert [m["version"] for m in service.models()] == ["v0"]
+
+
+def test_interrupted_job_is_reported_failed_after_restart(tmp_path):
+    data = tmp_path / "data"
+    jobs = data / "jobs"
+    jobs.mkdir(parents=True)
+    record = {"state": "running", "job_id": "j1", "started_at": "2026-01-01T00:00:00+00:00", "progress": 0.4}
+    (jobs / "j1.json").write_text(json.dumps(record))
+    service = make_service(data)
+    status = service.train_status()
+    assert status["state"] == "failed" and status["job_id"] == "j1"
+    assert "interrupted" in status["message"]
+
+
+def test_model_info_says_not_pretrained(service):
+    info = service.model_info()
+    assert info["pretrained"] is False and "not pretrained" in info["notice"]
+    assert info["backbone"] == "small_cnn" and info["embedding_dim"] == 128 and info["device"] == "cpu"
+
+
+def test_export_then_import_into_new_service(service, items, tmp_path):
+    label_many(service, items, n=20)
+    path = service.export_dataset()
+    other = make_service(tmp_path / "other")
+    report = other.import_dataset(path)
+    assert report["pairs_added"] == 20 and not report["rejected"]
+    assert other.counts() == service.counts()
+
+
+def test_explain_returns_two_heat_maps_and_the_score(service, items):
+    heat_a, heat_b, score = service.explain(items[0][1], items[1][1])
+    assert heat_a.size == heat_b.size and heat_a.mode == "RGB"
+    assert score == service.score(items[0][1], items[1][1])
