@@ -162,6 +162,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             )  # fmt: skip
         finally:
             bar.close()
+    if world > 1:  # every rank's weights, so a user (and the tests) can see they agree
+        print(f"rank {rank}/{world}: weights sha256={weights_fingerprint(result.model)}", file=sys.stderr)
     if rank != 0:
         return 0
     from .checkpoint import model_metadata
@@ -185,6 +187,17 @@ def cmd_train(args: argparse.Namespace) -> int:
         json.dumps({"model_version": info.version, "active": not args.no_activate, "metrics": _brief(result.metrics)})
     )
     return 0
+
+
+def weights_fingerprint(model) -> str:
+    """SHA-256 over every tensor of the state dict, in name order."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
 
 
 def _brief(metrics: dict) -> dict:
