@@ -174,6 +174,11 @@ class ModelService:
         """Waits until every scored image has joined the pool (tests, shutdown)."""
         self._pool_queue.join()
 
+    def add_image(self, source: ImageSource) -> str:
+        """Validates one image and adds it to the pool at once (an upload); returns its id."""
+        item = self.decode(source)
+        return self.store.add_image(item.data, source="upload")
+
     def image_path(self, digest: str) -> Path:
         return self.store.image_path(digest)
 

@@ -321,7 +321,10 @@ def _compare_tab(service) -> None:
         return _score_html(service.score(_upload(a), _upload(b)))
 
     @_guard
-    def score_when_both(a, b):  # scoring also copies both uploads into the store's pool
+    def score_when_both(a, b):  # every upload joins the pool at once; with both images, the score
+        for image in (a, b):
+            if image:
+                service.add_image(_upload(image))
         return compare(a, b) if a and b else gr.skip()
 
     def label_with(label):
