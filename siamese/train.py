@@ -533,6 +533,43 @@ def evaluate_model(
 
 
 # -----------------------------------------------------------------------------
+# distributed data parallel (torchrun): each rank takes a shard of every batch
+
+
+def _distributed() -> tuple[int, int]:
+    """(rank, world size) of an initialized process group, else (0, 1)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+class _Step(torch.nn.Module):
+    """What a training step runs, as one module, so DistributedDataParallel can wrap it."""
+
+    def __init__(self, model: ContrastiveSiameseNetwork, mode: str):
+        super().__init__()
+        self.model, self.mode = model, mode
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model.project(x) if self.mode == "head" else self.model.embed(x)
+
+
+def _average_buffers(model: torch.nn.Module, world: int) -> None:
+    """BatchNorm statistics differ per rank (each saw its own shards): average them, so every rank
+    evaluates, stops early and saves exactly the same model."""
+    import torch.distributed as dist
+
+    for buffer in model.buffers():
+        if buffer.is_floating_point():
+            dist.all_reduce(buffer, op=dist.ReduceOp.SUM)
+            buffer.div_(world)
+        else:
+            dist.broadcast(buffer, src=0)
+
+
+# -----------------------------------------------------------------------------
 # training
 
 
@@ -587,7 +624,9 @@ def train_model(
     if mode == "head":
         model.backbone.requires_grad_(False)
     model.eval()
-    generator = torch.Generator().manual_seed(config.seed)
+    rank, world = _distributed()
+    generator = torch.Generator().manual_seed(config.seed)  # pair order: the same on every rank
+    augment_generator = torch.Generator().manual_seed(config.seed * 1_000_003 + rank + 1)  # per rank
     history: list[dict] = []
 
     try:
@@ -629,16 +668,21 @@ def train_model(
         loss_fn = ContrastiveLoss(config.margin)
 
         # ---- one step: embed each unique image of the batch once, then the pairs' loss
+        forward = _Step(model, mode)
+        if world > 1:  # gradients averaged over the ranks' shards; buffers are averaged per epoch
+            forward = torch.nn.parallel.DistributedDataParallel(forward, broadcast_buffers=False)
+
         def step(batch: torch.Tensor) -> float:
+            batch = batch[rank::world]  # this rank's shard of the batch (all of it on one process)
             a, b, y = pair_a[batch], pair_b[batch], pair_y[batch].to(device)
             images, inverse = torch.unique(torch.cat([a, b]), return_inverse=True)  # (U,), (2B,)
             if mode == "head":
-                embeddings = model.project(features[images.to(device)])  # (U, D)
+                embeddings = forward(features[images.to(device)])  # (U, D)
             else:
                 x = _normalize(pixels[images.to(device)], model)
                 if config.augment > 0 or config.flip:
-                    x = augment(x, generator, config.augment, config.flip)
-                embeddings = model.embed(x)  # (U, D)
+                    x = augment(x, augment_generator, config.augment, config.flip)
+                embeddings = forward(x)  # (U, D)
                 stats["backbone_images"] += len(images)
             emb = embeddings[inverse.to(device)]
             loss = loss_fn(emb[: len(a)], emb[len(a) :], y)
@@ -661,6 +705,8 @@ def train_model(
             losses = []
             for start in range(0, len(order), config.batch_size):
                 check()
+                if min(config.batch_size, len(order) - start) < world:
+                    continue  # a last batch too small to give every rank a pair: all ranks skip it
                 for group in optimizer.param_groups:
                     group["lr"] = learning_rate(global_step) * group["lr_scale"]
                 losses.append(step(order[start : start + config.batch_size]))
@@ -677,6 +723,8 @@ def train_model(
                     }
                 )
             model.eval()
+            if world > 1:
+                _average_buffers(model, world)
             val_metrics, _ = _assess(embedder.all(), train_pairs, val_pairs, index)
             auc = val_metrics["auc"]
             history.append({"epoch": epoch, "loss": float(np.mean(losses)), "val_auc": auc})
