@@ -25,7 +25,7 @@ from .config import ModelConfig, Settings
 from .embedder import Embedder, EmbeddingCache
 from .explain import overlay, similarity_saliency
 from .hubsync import from_settings as hub_from_settings
-from .images import DecodedImage, ImageSource, decode_bytes, load_image
+from .images import DecodedImage, ImageError, ImageSource, content_hash, decode_bytes, load_image, to_bytes
 from .jobs import JobCancelled, TrainingJobs
 from .model import ContrastiveSiameseNetwork, build_model
 from .store import PairStore
@@ -189,7 +189,26 @@ class ModelService:
 
     def score(self, image_a: ImageSource, image_b: ImageSource) -> dict:
         """Similarity, distance and verdict of two images under the active model."""
+        active = self._active  # None while loading: the full path below waits, or says why
+        if active is not None:
+            seen_a, seen_b = self._seen(image_a, active), self._seen(image_b, active)
+            if seen_a is not None and seen_b is not None:  # a pair seen before: hashes and look-ups only
+                return _pair_score(seen_a, seen_b, active)
         return self._score(self.decode(image_a), self.decode(image_b), self.active)
+
+    def _seen(self, source: ImageSource, active: ActiveModel) -> torch.Tensor | None:
+        """The embedding ``active`` already gave this file (bytes or a path) when it is in the pool, else None.
+
+        Found by the hash of the bytes alone: decoding a JPEG costs more than everything else here.
+        """
+        if not isinstance(source, (bytes, bytearray, memoryview, str, Path)):
+            return None  # PIL images and arrays are encoded before hashing: the full path costs little more
+        try:
+            digest = content_hash(to_bytes(source))
+        except ImageError:
+            return None  # decode() says what is wrong
+        embedding = active.embedder.cache.get(active.version, digest)
+        return embedding if embedding is not None and self.store.has_image(digest) else None
 
     def _score(self, a: DecodedImage, b: DecodedImage, active: ActiveModel) -> dict:
         embeddings = active.embedder.embed([a, b])
@@ -205,7 +224,8 @@ class ModelService:
 
     def _check_label(self, label: str) -> str:
         if not isinstance(label, str) or label.strip().lower() not in LABELS:
-            raise ValueError(f"label must be 'same' or 'different', got {label!r}")
+            shown = repr(label) if len(repr(label)) <= 80 else f"{repr(label)[:80]}… ({len(str(label)):,} characters)"
+            raise ValueError(f"label must be 'same' or 'different', got {shown}")  # never echo a huge input whole
         return label.strip().lower()
 
     def label(self, image_a: ImageSource, image_b: ImageSource, label: str, annotator: str = "anonymous") -> dict:
@@ -370,6 +390,7 @@ class ModelService:
 
     def cancel_training(self) -> dict:
         return {"state": self.jobs.cancel()["state"]}
+
     # ---------------------------------------------------------------- data in and out
 
     def export_dataset(self) -> Path:

@@ -47,6 +47,7 @@ COMPARED = (  # rows of the before/after table: metric key, name
     ("eer", "equal error rate"),
     ("tar_at_far_1e-2", "TAR at FAR 1%"),
 )
+SERVED = ("images", "exports", "models", "examples")  # data_dir folders Gradio may serve
 PAGE_SIZE = 24  # labeled pairs per page in the Dataset tab
 POLL_SECONDS = 1.0  # how often every open page asks for the training status
 
@@ -671,7 +672,9 @@ def _wire_api(service) -> None:
         ("model_info", service.model_info, [], result),
     ]
     assert [name for name, *_ in endpoints] == list(API_NAMES)
-    with_images = {"score", "label", "search", "explain"}
+    # Raw inputs: images (see _upload), and /train's options, which TrainConfig checks with a clear
+    # message (Gradio's Number fails on "abc" with an error clients see without its text).
+    raw = {"score", "label", "search", "explain", "train"}
     for name, fn, inputs, outputs in endpoints:
         gr.on(
             triggers=[],
@@ -679,7 +682,7 @@ def _wire_api(service) -> None:
             inputs=inputs,
             outputs=outputs,
             api_name=name,
-            preprocess=name not in with_images,
+            preprocess=name not in raw,
             concurrency_limit=None,
         )
 
@@ -735,7 +738,9 @@ def build_ui(service) -> gr.Blocks:
 def launch_options(service, settings) -> dict:
     """Arguments for ``demo.launch``: what may be served, the upload limit, login, and the page assets."""
     return {
-        "allowed_paths": [str(Path(service.data_dir).resolve())],
+        # What the app hands out (pool images, exports, checkpoints, examples), never the whole data
+        # directory: labels.sqlite3 and the job records must not be downloadable.
+        "allowed_paths": [str(Path(service.data_dir).resolve() / part) for part in SERVED],
         "max_file_size": MAX_BYTES,
         "auth": list(settings.auth) or None,
         "auth_message": "Log in to label: each label records who made it.",

@@ -102,7 +102,7 @@ class ModelRegistry:
             full = {**meta, "version": version, "created_at": meta.get("created_at") or now_iso()}
             try:
                 save_checkpoint(model, self.root / version, full)
-            except (FileExistsError, OSError) as error:
+            except Exception as error:  # OSError, or safetensors' own error on a full disk
                 if (self.root / version).exists():
                     continue
                 raise OSError(f"could not save model version {version}: {error}") from error

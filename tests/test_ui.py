@@ -228,7 +228,9 @@ def test_example_pairs_are_drawn_once_under_the_data_dir(tmp_path):
 
 def test_launch_options_serve_only_the_data_dir_and_limit_uploads(service, tmp_path):
     options = launch_options(service, Settings(data_dir=tmp_path))
-    assert options["allowed_paths"] == [str(tmp_path.resolve())]
+    served = [Path(path) for path in options["allowed_paths"]]  # never labels.sqlite3 or the job records
+    assert {path.name for path in served} == {"images", "exports", "models", "examples"}
+    assert all(path.parent == tmp_path.resolve() for path in served)
     assert options["max_file_size"] == MAX_BYTES
     assert options["auth"] is None
     assert "label-same" in options["js"]
