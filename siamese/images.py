@@ -235,8 +235,11 @@ class Preprocessing:
         """(N, 3, crop, crop) float32 normalized batch, channels-last in memory."""
         import torch
 
-        batch = torch.from_numpy(np.stack([self.to_array(im) for im in images]))  # (N, H, W, 3) uint8
-        batch = batch.permute(0, 3, 1, 2).float().div_(255.0)
-        mean = torch.tensor(self.mean).view(1, 3, 1, 1)
-        std = torch.tensor(self.std).view(1, 3, 1, 1)
-        return batch.sub_(mean).div_(std)
+        # In numpy, on the calling thread: torch would fan these small element-wise ops out to its
+        # thread pool, and on a busy 2-core machine each fan-out waits for a descheduled thread (tens
+        # of ms). The same float32 operations in the same order give the same bits.
+        batch = np.stack([self.to_array(im) for im in images]).astype(np.float32)  # (N, H, W, 3)
+        batch /= np.float32(255.0)
+        batch -= np.array(self.mean, dtype=np.float32)
+        batch /= np.array(self.std, dtype=np.float32)
+        return torch.from_numpy(batch).permute(0, 3, 1, 2)  # (N, 3, H, W), channels-last strides

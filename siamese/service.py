@@ -13,7 +13,7 @@ import math
 import queue
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -23,18 +23,24 @@ from .backbones import pick_device
 from .checkpoint import WEIGHTS_FILE, load_checkpoint, model_metadata
 from .config import ModelConfig, Settings
 from .embedder import Embedder, EmbeddingCache
+from .embedmap import build_map
 from .explain import overlay, similarity_saliency
 from .hubsync import from_settings as hub_from_settings
 from .images import DecodedImage, ImageError, ImageSource, content_hash, decode_bytes, load_image, to_bytes
 from .jobs import JobCancelled, TrainingJobs
+from .labelgraph import LabelGraph
 from .model import ContrastiveSiameseNetwork, build_model
+from .search import PoolIndex, describe
 from .store import PairStore
+from .suggest import Suggester, thumbnail_vectors
 from .train import FeatureCache, LabeledPair, TrainConfig, check_enough, train_model
 from .transfer import export_zip, import_path
 from .versions import ModelRegistry
 
 log = logging.getLogger(__name__)
 
+# Pool images a suggest/search request embeds at most; the background warm-up embeds the rest.
+INDEX_PER_REQUEST = 512
 # Threshold of a model nobody has calibrated yet (cosine similarity).
 UNCALIBRATED_THRESHOLD = 0.5
 LABELS = ("same", "different")
@@ -111,6 +117,10 @@ class ModelService:
         self._pool_worker = threading.Thread(target=self._pool_loop, name="siamese-pool", daemon=True)
         self._pool_worker.start()
         self._init_training()
+        self.suggester = Suggester(seed=0)
+        self._pool_index: PoolIndex | None = None
+        self._looks = PoolIndex("thumbnails")  # the model-independent view of the pool
+        self._index_lock = threading.Lock()
         if background:
             threading.Thread(target=self._load_initial, name="siamese-load", daemon=True).start()
         else:
@@ -150,7 +160,8 @@ class ModelService:
             active = ActiveModel(embedder, version, float(meta.get("threshold", UNCALIBRATED_THRESHOLD)), meta)
             self._active = active
             self.registry.set_active(version)
-            return active
+        threading.Thread(target=self._warm_index, name="siamese-index", daemon=True).start()
+        return active
 
     # ---------------------------------------------------------------- images
 
@@ -418,6 +429,69 @@ class ModelService:
         with active.embedder.lock:
             _, heat_a, heat_b = similarity_saliency(active.model, a.image, b.image, device=self.device)
         return overlay(active.model, a.image, heat_a), overlay(active.model, b.image, heat_b), score
+
+    # ---------------------------------------------------------------- pool index: suggestions, search, map
+
+    def _pool_images(self, digests: Sequence[str]) -> list[DecodedImage]:
+        return [load_image(self.store.image_path(d)) for d in digests]
+
+    def _index(self, limit: int | None = INDEX_PER_REQUEST) -> PoolIndex:
+        """The pool's embeddings under the active model, extended by at most ``limit`` new images.
+
+        A request embeds a bounded slice; the background warm-up after a switch does the rest.
+        """
+        active = self.active
+        with self._index_lock:
+            if self._pool_index is None or self._pool_index.version != active.version:
+                self._pool_index = PoolIndex(active.version)
+            index = self._pool_index
+            pool = self.store.pool()
+
+            def embed(digests: Sequence[str]) -> torch.Tensor:  # one decode serves both views
+                images = self._pool_images(digests)
+                self._looks.add(digests, thumbnail_vectors([item.image for item in images]))
+                return active.embedder.embed(images)
+
+            index.update(pool, embed, limit=limit)
+        return index
+
+    def _warm_index(self) -> None:
+        try:
+            self._index(limit=None)
+        except Exception:
+            log.exception("could not index the pool")
+
+    def label_graph(self) -> LabelGraph:
+        return LabelGraph.from_pairs(self.store.all_pairs())
+
+    def suggest_pair(self) -> tuple[Path, Path, dict]:
+        """The unlabeled pool pair that would teach the model most, and why."""
+        digests, matrix = self._index().snapshot()
+        graph = self.label_graph()
+        suggestion = self.suggester.suggest(
+            digests, matrix, self.active.threshold, graph.labeled(), graph.usage(), self._looks.rows(digests)
+        )
+        if suggestion is None:
+            raise ValueError("no unlabeled pair to suggest: add images to the pool (score, label or import some)")
+        return self.image_path(suggestion.image_a), self.image_path(suggestion.image_b), suggestion.to_dict()
+
+    def search(self, image: ImageSource, k: int = 8) -> list[dict]:
+        """The ``k`` pool images most similar to ``image``, most similar first."""
+        if isinstance(k, bool) or not isinstance(k, (int, float)) or int(k) != k or not 1 <= k <= 1000:
+            raise ValueError(f"k must be an integer between 1 and 1000, got {k!r}")
+        query = self.decode(image)
+        index = self._index()
+        hits = index.search(self.active.embedder.embed([query])[0], int(k), exclude=[query.digest])
+        return describe(hits, self.label_graph().hint)
+
+    def contradictions(self) -> list[dict]:
+        """Labels that contradict each other through the same-groups, for review."""
+        return [asdict(c) for c in self.label_graph().contradictions()]
+
+    def embedding_map(self) -> dict:
+        """A 2-D projection of the pool under the active model, coloured by same-groups."""
+        digests, matrix = self._index().snapshot()
+        return build_map(self.active.version, digests, matrix, self.label_graph(), max_points=5000).columns()
 
 
 def utc_stamp() -> str:

@@ -16,8 +16,10 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 from PIL import Image, ImageDraw, ImageOps
+from starlette.middleware import Middleware
 
 from .images import MAX_BYTES, load_image
+from .loginguard import LoginPageGuard
 from .train import MODES, TrainConfig
 
 STATIC = Path(__file__).parent / "static"
@@ -748,4 +750,6 @@ def launch_options(service, settings) -> dict:
         "js": (STATIC / "shortcuts.js").read_text(),
         "theme": gr.themes.Soft(primary_hue="indigo"),
         "ssr_mode": False,
+        # Gradio embeds the API description in its login page; the guard takes it out.
+        "app_kwargs": {"middleware": [Middleware(LoginPageGuard)]} if settings.auth else None,
     }

@@ -211,3 +211,36 @@ def test_explain_returns_two_heat_maps_and_the_score(service, items):
     heat_a, heat_b, score = service.explain(items[0][1], items[1][1])
     assert heat_a.size == heat_b.size and heat_a.mode == "RGB"
     assert score == service.score(items[0][1], items[1][1])
+
+
+def test_search_finds_the_nearest_pool_images(service, items):
+    for _, data in items[:12]:
+        service.add_image(data)
+    query = items[0][1]
+    hits = service.search(query, k=5)
+    assert len(hits) == 5 and all(h["image_id"] != service.decode(query).digest for h in hits)
+    # independently: cosine of the query with every other pool image, sorted
+    q = service.embed([service.decode(query)])[0]
+    others = [service.decode(data) for _, data in items[1:12]]
+    sims = service.embed(others) @ q
+    expected = sorted(sims.tolist(), reverse=True)[:5]
+    assert [h["similarity"] for h in hits] == pytest.approx(expected, abs=1e-5)
+    with pytest.raises(ValueError, match="k must be"):
+        service.search(query, k=0)
+
+
+def test_suggest_pair_offers_an_unlabeled_pool_pair_with_a_reason(service, items):
+    for _, data in items[:10]:
+        service.add_image(data)
+    labeled = {frozenset((service.decode(a).digest, service.decode(b).digest)) for a, b, _ in []}
+    path_a, path_b, info = service.suggest_pair()
+    pair = frozenset((path_a.stem, path_b.stem))
+    assert len(pair) == 2 and pair not in labeled
+    assert path_a.is_file() and path_b.is_file()
+    assert isinstance(info["reason"], str) and info["reason"]
+    assert -1.0 <= info["similarity"] <= 1.0
+
+
+def test_suggest_pair_on_an_empty_pool_is_a_clear_error(service):
+    with pytest.raises(ValueError, match="no unlabeled pair"):
+        service.suggest_pair()

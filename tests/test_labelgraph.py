@@ -1,0 +1,125 @@
+"""Label graph: groups, implied pairs and contradictions on hand-built graphs."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import pytest
+
+from siamese.labelgraph import LabelGraph
+from siamese.train import LabeledPair, implied_pairs
+
+
+@dataclass(frozen=True)
+class StorePair:  # the fields of siamese.store.Pair that matter here
+    pair_id: str
+    image_a: str
+    image_b: str
+    label: str
+
+
+def graph(*edges: str) -> LabelGraph:
+    """``"A=B"`` / ``"A!B"`` edges; pair ids are the edge strings."""
+    pairs = []
+    for edge in edges:
+        same = "=" in edge
+        a, b = edge.split("=" if same else "!")
+        pairs.append(LabeledPair(edge, a, b, same))
+    return LabelGraph.from_pairs(pairs)
+
+
+def as_set(pairs) -> set[tuple[frozenset[str], bool]]:
+    return {(frozenset((p.image_a, p.image_b)), p.same) for p in pairs}
+
+
+def test_groups_join_same_labels_only():
+    g = graph("A=B", "B=C", "D=E", "C!D", "F!A")
+    assert g.groups() == [["A", "B", "C"], ["D", "E"]]
+    assert g.groups(min_size=1) == [["A", "B", "C"], ["D", "E"], ["F"]]
+    assert g.group_of("C") == g.group_of("A") == "A"
+    assert g.group_of("F") == "F"
+    assert g.group_of("unknown") is None
+
+
+def test_implied_pairs_follow_transitivity_and_difference():
+    g = graph("A=B", "B=C", "D=E", "C!D")
+    expected = {
+        (frozenset("AC"), True),  # A=B, B=C
+        (frozenset("AD"), False),  # A=C, C≠D
+        (frozenset("AE"), False),
+        (frozenset("BD"), False),
+        (frozenset("BE"), False),
+        (frozenset("CE"), False),  # C≠D, D=E
+    }
+    implied = g.implied(max_count=100)
+    assert as_set(implied) == expected
+    assert len(implied) == len(expected)
+
+
+def test_a_contradictory_group_implies_nothing():
+    g = graph("A=B", "B=C", "A!C", "C!D")
+    assert g.implied(max_count=100) == []
+
+
+def test_implied_is_sampled_down_to_max_count():
+    edges = [f"x{i}=x{i + 1}" for i in range(30)]  # one group of 31: 465 pairs, 30 labeled
+    g = graph(*edges)
+    everything = as_set(g.implied(max_count=10_000))
+    assert len(everything) == 465 - 30
+    sample = g.implied(max_count=50, seed=3)
+    assert len(sample) == 50
+    assert as_set(sample) <= everything
+    assert as_set(g.implied(max_count=50, seed=3)) == as_set(sample)  # seeded
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_implied_matches_the_trainers_union_find(seed):
+    """Same output as train.implied_pairs, so the trainer can use LabelGraph.implied instead."""
+    rng = random.Random(seed)
+    images = [f"img{i:02d}" for i in range(25)]
+    seen, pairs = set(), []
+    while len(pairs) < 40:
+        a, b = rng.sample(images, 2)
+        if frozenset((a, b)) not in seen:
+            seen.add(frozenset((a, b)))
+            pairs.append(LabeledPair(f"p{len(pairs)}", a, b, rng.random() < 0.45))
+    for max_count in (None, 10, 1000):
+        ours = LabelGraph.from_pairs(pairs).implied(max_count=max_count, seed=seed)
+        theirs = implied_pairs(pairs, max_count=max_count, seed=seed)
+        assert [(p.pair_id, p.image_a, p.image_b, p.same) for p in ours] == [
+            (p.pair_id, p.image_a, p.image_b, p.same) for p in theirs
+        ]
+
+
+def test_contradiction_reports_the_different_pair_and_the_shortest_same_path():
+    g = graph("A=B", "B=C", "C=D", "A=E", "E=D", "A!D", "D!X")
+    (found,) = g.contradictions()
+    assert found.pair_ids == ("A!D", "A=E", "E=D")  # the two-step path, not A-B-C-D
+    assert found.images == ("A", "E", "D")
+    assert "A" in found.explanation and "D" in found.explanation and "3 labels" in found.explanation
+
+
+def test_each_contradiction_is_reported_and_consistent_graphs_have_none():
+    g = graph("A=B", "B=C", "A!C", "D=E", "E!D2", "D2=D")
+    found = g.contradictions()
+    assert [c.pair_ids[0] for c in found] == ["A!C", "E!D2"]
+    assert found[0].pair_ids[1:] == ("A=B", "B=C") and found[0].images == ("A", "B", "C")
+    assert found[1].images == ("E", "D", "D2")
+    assert graph("A=B", "B!C", "C=D").contradictions() == []
+
+
+def test_hint_says_what_the_labels_say():
+    g = graph("A=B", "B=C", "A!D", "A!E")
+    assert g.hint("A") == "labeled same as 1 image, different from 2; in a group of 3 same images"
+    assert g.hint("D") == "labeled same as 0 images, different from 1"
+    assert g.hint("nobody") is None
+
+
+def test_store_pairs_with_label_strings():
+    g = LabelGraph.from_pairs([StorePair("p1", "A", "B", "same"), StorePair("p2", "B", "C", "different")])
+    assert g.groups() == [["A", "B"]]
+    assert g.usage() == {"A": 1, "B": 2, "C": 1}
+    assert g.labeled() == {frozenset("AB"), frozenset("BC")}
+    with pytest.raises(ValueError, match="label 'maybe'"):
+        LabelGraph.from_pairs([StorePair("p3", "A", "B", "maybe")])

@@ -1,0 +1,179 @@
+"""Suggestions: what is never suggested, what is, why, and how fast."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections import Counter
+
+import numpy as np
+import torch
+from PIL import Image
+
+from siamese.suggest import Suggester, Suggestion, is_evaluation_image, thumbnail_vectors
+
+
+def digests(n: int, salt: str = "") -> list[str]:
+    return [hashlib.sha256(f"{salt}{i}".encode()).hexdigest() for i in range(n)]
+
+
+def unit_rows(n: int, d: int, seed: int = 0) -> torch.Tensor:
+    x = torch.randn(n, d, generator=torch.Generator().manual_seed(seed))
+    return x / x.norm(dim=1, keepdim=True)
+
+
+def open_pool(n: int, salt: str = "") -> list[str]:
+    """``n`` digests outside the evaluation reserve (so every image can be suggested)."""
+    found, i = [], 0
+    while len(found) < n:
+        d = hashlib.sha256(f"{salt}{i}".encode()).hexdigest()
+        if not is_evaluation_image(d):
+            found.append(d)
+        i += 1
+    return found
+
+
+def test_the_evaluation_reserve_is_about_ten_percent_and_never_suggested():
+    pool = digests(4000)
+    reserved = {d for d in pool if is_evaluation_image(d)}
+    assert 0.08 < len(reserved) / len(pool) < 0.12  # binomial(4000, 0.1): ±5 standard deviations
+    assert reserved == {d for d in pool if is_evaluation_image(d)}  # a pure function of the digest
+    small = pool[:200]
+    suggester = Suggester(seed=1)
+    emb, ref = unit_rows(200, 16), unit_rows(200, 12, seed=1)
+    chosen = suggester.suggest_batch(150, small, emb, 0.0, set(), Counter(), ref)
+    assert len(chosen) == 150
+    assert not {d for s in chosen for d in (s.image_a, s.image_b)} & reserved
+    assert {s.kind for s in chosen} == {"uncertain", "hard_positive", "hard_negative", "random"}
+
+
+def test_labeled_and_recent_pairs_are_never_suggested_again():
+    pool = open_pool(6)  # 15 pairs
+    labeled = {frozenset(pool[:2]), frozenset(pool[2:4])}
+    suggester = Suggester(seed=0, recent=64)
+    chosen = [suggester.suggest(pool, unit_rows(6, 8), 0.0, labeled, Counter()) for _ in range(13)]
+    pairs = [frozenset((s.image_a, s.image_b)) for s in chosen]
+    assert len(set(pairs)) == 13 and not set(pairs) & labeled and all(s.image_a != s.image_b for s in chosen)
+    assert suggester.suggest(pool, unit_rows(6, 8), 0.0, labeled, Counter()) is None  # all 15 used up
+
+
+def test_uncertain_pick_is_the_pair_nearest_the_threshold():
+    """With every image an anchor and a candidate, the pick is the brute-force argmin |similarity - t|."""
+    pool = open_pool(40)
+    emb = unit_rows(40, 8, seed=3)
+    threshold = 0.31
+    suggester = Suggester(seed=0, random_share=0.0, anchors=40, candidates=40)
+    found = suggester.suggest(pool, emb, threshold, set(), Counter())
+    sims = (emb @ emb.T).numpy().astype(np.float64)
+    gap = np.abs(sims - threshold) + np.eye(40) * 10
+    i, j = np.unravel_index(np.argmin(gap), gap.shape)
+    assert {found.image_a, found.image_b} == {pool[i], pool[j]}
+    assert found.kind == "uncertain"
+    assert found.similarity == np.float32(sims[i, j]) or abs(found.similarity - sims[i, j]) < 1e-5
+    assert found.reason == f"uncertain: similarity {sims[i, j]:.2f} is near the threshold 0.31"
+
+
+def test_hard_positive_and_negative_come_from_the_disagreement_with_the_reference_view():
+    pool = open_pool(60)
+    emb = unit_rows(60, 16, seed=4)
+    ref = unit_rows(60, 16, seed=5)
+    # Images 0 and 1 look identical, but the model finds them opposite: the hard positive.
+    ref[1] = ref[0]
+    emb[1] = -emb[0]
+    # Images 2 and 3 look opposite, but the model finds them identical: the hard negative.
+    ref[3] = -ref[2]
+    emb[3] = emb[2]
+    kinds: dict[str, Suggestion] = {}
+    suggester = Suggester(seed=0, random_share=0.0, anchors=60, candidates=60)
+    for _ in range(12):
+        s = suggester.suggest(pool, emb, 0.0, set(), Counter(), ref)
+        kinds.setdefault(s.kind, s)
+    hard_positive, hard_negative = kinds["hard_positive"], kinds["hard_negative"]
+    assert {hard_positive.image_a, hard_positive.image_b} == {pool[0], pool[1]}
+    assert hard_positive.similarity < -0.99 and "look alike" in hard_positive.reason
+    assert "it calls them different" in hard_positive.reason
+    assert {hard_negative.image_a, hard_negative.image_b} == {pool[2], pool[3]}
+    assert hard_negative.similarity > 0.99 and "look different" in hard_negative.reason
+    assert "it calls them same" in hard_negative.reason
+
+
+def test_an_uncalibrated_threshold_asks_for_likely_same_pairs_instead():
+    pool = open_pool(30)
+    emb = unit_rows(30, 8, seed=6)
+    ref = unit_rows(30, 8, seed=7)
+    suggester = Suggester(seed=0, random_share=0.0)
+    chosen = [suggester.suggest(pool, emb, 5.0, set(), Counter(), ref) for _ in range(9)]  # splits nothing
+    assert {s.kind for s in chosen} <= {"hard_positive", "hard_negative"} and "hard_positive" in {
+        s.kind for s in chosen
+    }
+
+
+def test_random_share_is_respected():
+    pool = open_pool(300)
+    suggester = Suggester(seed=2, random_share=0.2, anchors=32, candidates=64)
+    chosen = suggester.suggest_batch(400, pool, unit_rows(300, 8), 0.0, set(), Counter(), unit_rows(300, 8, 1))
+    share = sum(s.kind == "random" for s in chosen) / len(chosen)
+    assert 0.14 < share < 0.26  # binomial(400, 0.2): ±3 standard deviations
+    assert all(s.reason == "random: keeps the data unbiased" for s in chosen if s.kind == "random")
+
+
+def _hub_pool(n: int = 50, dim: int = 64, threshold: float = 0.5):
+    """Image 0 is exactly ``threshold`` away from every other image; other pairs sit near 0.25."""
+    rng = np.random.default_rng(0)
+    u = np.zeros(dim)
+    u[0] = 1.0
+    others = rng.standard_normal((n - 1, dim))
+    others[:, 0] = 0
+    others /= np.linalg.norm(others, axis=1, keepdims=True)
+    sin = np.sqrt(1 - threshold**2)
+    emb = np.vstack([u, threshold * u + sin * others])
+    return open_pool(n), torch.from_numpy(emb.astype(np.float32))
+
+
+def test_a_heavily_used_image_is_avoided():
+    pool, emb = _hub_pool()
+    fresh = Suggester(seed=0, random_share=0.0, anchors=50, candidates=50)
+    assert all(pool[0] in (s.image_a, s.image_b) for s in [fresh.suggest(pool, emb, 0.5, set(), Counter())])
+    used = Suggester(seed=0, random_share=0.0, anchors=50, candidates=50)
+    chosen = [used.suggest(pool, emb, 0.5, set(), Counter({pool[0]: 100})) for _ in range(10)]
+    assert all(pool[0] not in (s.image_a, s.image_b) for s in chosen)
+
+
+def test_a_batch_spreads_over_the_pool():
+    pool, emb = _hub_pool()
+    chosen = Suggester(seed=0, random_share=0.0, anchors=50, candidates=50).suggest_batch(
+        20, pool, emb, 0.5, set(), Counter()
+    )
+    with_hub = sum(pool[0] in (s.image_a, s.image_b) for s in chosen)
+    assert 1 <= with_hub <= 5  # the best partner of everyone, yet not in every pair
+    counts = Counter(d for s in chosen for d in (s.image_a, s.image_b))
+    assert max(counts.values()) <= 5
+
+
+def test_same_seed_same_suggestions():
+    pool, emb, ref = open_pool(100), unit_rows(100, 8), unit_rows(100, 8, 1)
+    runs = [Suggester(seed=5).suggest_batch(10, pool, emb, 0.1, set(), Counter(), ref) for _ in range(2)]
+    assert runs[0] == runs[1]
+
+
+def test_ten_thousand_images_in_well_under_a_second():
+    pool, emb, ref = digests(10_000), unit_rows(10_000, 128), unit_rows(10_000, 192, 1)
+    suggester = Suggester(seed=0, random_share=0.0)
+    suggester.suggest(pool, emb, 0.2, set(), Counter(), ref)  # warm-up (the reserve is memoized)
+    started = time.perf_counter()
+    for _ in range(5):
+        assert suggester.suggest(pool, emb, 0.2, set(), Counter(), ref) is not None
+    assert (time.perf_counter() - started) / 5 < 0.5
+
+
+def test_thumbnails_ignore_brightness_and_tell_shapes_apart():
+    left = np.zeros((32, 32), np.uint8)
+    left[:, :16] = 200
+    right = left[:, ::-1].copy()
+    images = [Image.fromarray(left), Image.fromarray(left // 2 + 40), Image.fromarray(right)]
+    v = thumbnail_vectors(images)
+    assert v.shape == (3, 192)
+    torch.testing.assert_close(v.norm(dim=1), torch.ones(3))
+    assert float(v[0] @ v[1]) > 0.99  # same shape, dimmer and brighter background
+    assert float(v[0] @ v[2]) < -0.9  # mirrored halves
+    assert thumbnail_vectors([]).shape == (0, 192)
