@@ -18,11 +18,10 @@ from __future__ import annotations
 import copy
 import hashlib
 import math
-import random
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
@@ -30,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+from .labelgraph import LabelGraph
 from .loss import ContrastiveLoss
 from .metrics import best_threshold, evaluate_pairs
 from .model import ContrastiveSiameseNetwork
@@ -214,100 +214,13 @@ def check_enough(train_pairs: Sequence[LabeledPair], val_pairs: Sequence[Labeled
         )
 
 
-class _Groups:
-    """Union-find over images joined by "same" labels."""
-
-    def __init__(self) -> None:
-        self.parent: dict[str, str] = {}
-
-    def find(self, x: str) -> str:
-        self.parent.setdefault(x, x)
-        root = x
-        while self.parent[root] != root:
-            root = self.parent[root]
-        while self.parent[x] != root:  # path compression
-            self.parent[x], x = root, self.parent[x]
-        return root
-
-    def union(self, a: str, b: str) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            self.parent[max(ra, rb)] = min(ra, rb)  # deterministic root
-
-
-def _unrank_combination(index: int, n: int) -> tuple[int, int]:
-    """The index-th pair (i < j) of range(n) in the order (0,1), (0,2), (1,2), (0,3), …"""
-    j = int((math.isqrt(8 * index + 1) + 1) // 2)
-    while j * (j - 1) // 2 > index:
-        j -= 1
-    while (j + 1) * j // 2 <= index:
-        j += 1
-    return index - j * (j - 1) // 2, j
-
-
 def implied_pairs(pairs: Sequence[LabeledPair], max_count: int | None = None, seed: int = 0) -> list[LabeledPair]:
-    """Pairs the labels imply but do not state: A=B, B=C ⇒ A=C; A=B, B≠C ⇒ A≠C.
-
-    Images joined by "same" labels form groups; every two images of a group are the same, and every
-    image of a group is different from every image of a group it has a "different" label with.
-    A group with a "different" label inside it is contradictory and implies nothing. When there are
-    more than ``max_count`` (default: 4 per labeled pair), a seeded uniform sample of them is returned.
-    """
-    if max_count is None:
-        max_count = 4 * len(pairs)
-    groups = _Groups()
-    for p in pairs:
-        groups.find(p.image_a), groups.find(p.image_b)
-        if p.same:
-            groups.union(p.image_a, p.image_b)
-    members: dict[str, list[str]] = {}
-    for image in sorted(groups.parent):
-        members.setdefault(groups.find(image), []).append(image)
-    contradictory = {
-        groups.find(p.image_a) for p in pairs if not p.same and groups.find(p.image_a) == groups.find(p.image_b)
-    }
-    # Blocks of candidate pairs: ("same", group) or ("different", group, group), each with its size.
-    blocks: list[tuple[str, str, str | None, int]] = []
-    for root in sorted(members):
-        n = len(members[root])
-        if root not in contradictory and n > 2:
-            blocks.append(("same", root, None, n * (n - 1) // 2))
-    different_groups = set()
-    for p in pairs:
-        if not p.same:
-            ra, rb = sorted((groups.find(p.image_a), groups.find(p.image_b)))
-            if ra != rb and ra not in contradictory and rb not in contradictory:
-                different_groups.add((ra, rb))
-    for ra, rb in sorted(different_groups):
-        size = len(members[ra]) * len(members[rb])
-        if size > 1:
-            blocks.append(("different", ra, rb, size))
-    total = sum(block[3] for block in blocks)
-    labeled = {frozenset((p.image_a, p.image_b)) for p in pairs}
-    if total <= max_count + len(labeled):
-        indices: Iterable[int] = range(total)
-    else:  # sample positions in the blocks' concatenation instead of listing them all
-        indices = sorted(random.Random(seed).sample(range(total), min(total, max_count + len(labeled))))
-    result: list[LabeledPair] = []
-    block_iter = iter(blocks)
-    kind, ra, rb, size = next(block_iter, ("", "", None, 0))
-    offset = 0
-    for index in indices:
-        while index >= offset + size:
-            offset += size
-            kind, ra, rb, size = next(block_iter)
-        local = index - offset
-        if kind == "same":
-            i, j = _unrank_combination(local, len(members[ra]))
-            a, b = members[ra][i], members[ra][j]
-        else:
-            a, b = members[ra][local // len(members[rb])], members[rb][local % len(members[rb])]
-        if frozenset((a, b)) in labeled:
-            continue
-        result.append(LabeledPair(f"implied:{a[:16]}:{b[:16]}", a, b, kind == "same"))
-    if len(result) > max_count:
-        result = sorted(random.Random(seed + 1).sample(result, max_count), key=lambda p: (p.image_a, p.image_b))
-    return result
+    """Pairs the labels imply but do not state (A=B, B=C ⇒ A=C; A=B, B≠C ⇒ A≠C); see
+    :meth:`siamese.labelgraph.LabelGraph.implied`. Default cap: 4 per labeled pair, a seeded sample."""
+    implied = LabelGraph.from_pairs(pairs).implied(
+        max_count=4 * len(pairs) if max_count is None else max_count, seed=seed
+    )
+    return [LabeledPair(p.pair_id, p.image_a, p.image_b, p.same) for p in implied]
 
 
 # -----------------------------------------------------------------------------

@@ -73,9 +73,32 @@ def test_implied_is_sampled_down_to_max_count():
     assert as_set(g.implied(max_count=50, seed=3)) == as_set(sample)  # seeded
 
 
+def _brute_force_implied(pairs):
+    """Closure by repeated set merging, independent of the union-find in LabelGraph."""
+    groups = [{image} for image in sorted({i for p in pairs for i in (p.image_a, p.image_b)})]
+    for p in pairs:
+        if p.same:
+            ga = next(g for g in groups if p.image_a in g)
+            gb = next(g for g in groups if p.image_b in g)
+            if ga is not gb:
+                ga |= gb
+                groups = [g for g in groups if g is not gb]
+    groups = {frozenset(g) for g in groups}
+    group_of = {image: g for g in groups for image in g}
+    bad = {group_of[p.image_a] for p in pairs if not p.same and group_of[p.image_a] == group_of[p.image_b]}
+    labeled = {frozenset((p.image_a, p.image_b)) for p in pairs}
+    implied = set()
+    for g in groups - bad:
+        implied |= {(frozenset((a, b)), True) for a in g for b in g if a < b}
+    for p in pairs:
+        ga, gb = group_of[p.image_a], group_of[p.image_b]
+        if not p.same and ga != gb and ga not in bad and gb not in bad:
+            implied |= {(frozenset((a, b)), False) for a in ga for b in gb}
+    return {(pair, same) for pair, same in implied if pair not in labeled}
+
+
 @pytest.mark.parametrize("seed", range(6))
-def test_implied_matches_the_trainers_union_find(seed):
-    """Same output as train.implied_pairs, so the trainer can use LabelGraph.implied instead."""
+def test_implied_equals_a_brute_force_closure(seed):
     rng = random.Random(seed)
     images = [f"img{i:02d}" for i in range(25)]
     seen, pairs = set(), []
@@ -84,12 +107,11 @@ def test_implied_matches_the_trainers_union_find(seed):
         if frozenset((a, b)) not in seen:
             seen.add(frozenset((a, b)))
             pairs.append(LabeledPair(f"p{len(pairs)}", a, b, rng.random() < 0.45))
-    for max_count in (None, 10, 1000):
-        ours = LabelGraph.from_pairs(pairs).implied(max_count=max_count, seed=seed)
-        theirs = implied_pairs(pairs, max_count=max_count, seed=seed)
-        assert [(p.pair_id, p.image_a, p.image_b, p.same) for p in ours] == [
-            (p.pair_id, p.image_a, p.image_b, p.same) for p in theirs
-        ]
+    ours = {(frozenset((p.image_a, p.image_b)), p.same) for p in implied_pairs(pairs, max_count=10**6, seed=seed)}
+    assert ours == _brute_force_implied(pairs)
+    capped = implied_pairs(pairs, max_count=10, seed=seed)
+    assert len(capped) == min(10, len(ours))
+    assert {(frozenset((p.image_a, p.image_b)), p.same) for p in capped} <= ours
 
 
 def test_contradiction_reports_the_different_pair_and_the_shortest_same_path():
