@@ -583,6 +583,15 @@ def _models_tab(service):
         activate = gr.Button("Activate (roll back / forward)", variant="primary", scale=1, elem_id="models-activate")
         download = gr.DownloadButton("Download checkpoint (.safetensors)", scale=1, elem_id="models-download")
     done = gr.Markdown()
+    with gr.Accordion("Embedding map of the pool (active model; colour = same-group)", open=False):
+        show_map = gr.Button("Draw the map")
+        embedding_map = gr.ScatterPlot(x="x", y="y", color="group", height=420, elem_id="models-map")
+
+    @_guard
+    def draw_map():
+        return pd.DataFrame(service.embedding_map())
+
+    show_map.click(draw_map, None, embedding_map, **PRIVATE)
 
     def view(chosen=None):
         models = service.models()
