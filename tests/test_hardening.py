@@ -547,6 +547,8 @@ def test_nothing_is_reachable_without_logging_in(guarded, good):
     status, page = get(guarded.url + "/")
     assert status == 200 and b'"auth_required":true' in page  # the login page, not the app
     assert b"Teach a model" not in page and b"compare-run" not in page  # none of the app's components
+    assert b"/score" not in page and b"label_pair" not in page  # nor the API description Gradio embeds
+    assert b"window.gradio_api_info = {};" in page
     with pytest.raises(urllib.error.HTTPError) as refused:
         call_raw(guarded.url, "score", [file_data(str(good[0])), file_data(str(good[1]))])
     assert refused.value.code == 401
@@ -561,6 +563,8 @@ def test_a_logged_in_session_reaches_the_app_but_still_not_the_database(guarded,
     with opener.open(urllib.request.Request(f"{guarded.url}/login", data=form), timeout=10) as response:
         assert response.status == 200
     assert get(f"{guarded.url}/config", opener)[0] == 200
+    status, page = get(f"{guarded.url}/", opener)
+    assert status == 200 and b"/score" in page  # logged in: the page keeps its API description
     assert get(f"{guarded.url}/gradio_api/file={guarded.data_dir / 'labels.sqlite3'}", opener)[0] in (403, 404)
     assert get(f"{guarded.url}/gradio_api/file=/etc/passwd", opener)[0] in (403, 404)
     checkpoint = guarded.data_dir / "models" / "v0" / "model.safetensors"
