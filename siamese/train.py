@@ -65,7 +65,7 @@ class TrainConfig:
     patience: int = 8  # stop after this many epochs without a better validation AUC; 0 = never stop early
     warmup_fraction: float = 0.05  # share of the steps spent ramping the learning rate up from zero
     augment: float = 1.0  # full mode: strength of crop / colour jitter (0 = none, 1 = light)
-    flip: bool = True  # full mode: random horizontal flips (turn off when mirror images differ, e.g. text)
+    flip: bool = False  # full mode: random horizontal flips; off since a mirror image may differ (text, digits)
     implied_ratio: float = 1.0  # at most this many implied pairs per labeled pair (0 = none): more cost full mode time
     backbone_lr_scale: float = 0.1  # full mode, pretrained backbone: its rate relative to the head's
     auto_head_max_pairs: int = 5000  # auto: a pretrained backbone with at most this many pairs trains its head only
