@@ -604,6 +604,18 @@ def train_model(
             optimizer.step()
             return loss.item()
 
+        def position(epoch: int, losses: list[float]) -> dict:
+            """Where the run is, for on_progress."""
+            return {
+                "phase": "train",
+                "epoch": epoch,
+                "epochs": config.epochs,
+                "step": global_step,
+                "total_steps": total_steps,
+                "progress": global_step / total_steps,
+                "loss": float(np.mean(losses)),
+            }
+
         # ---- the loop: epochs of shuffled pairs, validation after each, keep the best epoch
         early_stop = config.patience > 0 and _both_kinds(val_pairs)
         best_auc, best_epoch, best_state = -math.inf, 0, None
@@ -624,17 +636,7 @@ def train_model(
                     group["lr"] = learning_rate(global_step) * group["lr_scale"]
                 losses.append(step(order[start : start + config.batch_size]))
                 global_step += 1
-                report(
-                    {
-                        "phase": "train",
-                        "epoch": epoch,
-                        "epochs": config.epochs,
-                        "step": global_step,
-                        "total_steps": total_steps,
-                        "progress": global_step / total_steps,
-                        "loss": float(np.mean(losses)),
-                    }
-                )
+                report(position(epoch, losses))
             model.eval()
             if world > 1:
                 _average_buffers(model, world)
@@ -645,19 +647,7 @@ def train_model(
             if improved or not early_stop:
                 best_auc, best_epoch = (auc if auc is not None else best_auc), epoch
                 best_state = {k: v.detach().clone() for k, v in trained.state_dict().items()}
-            report(
-                {
-                    "phase": "train",
-                    "epoch": epoch,
-                    "epochs": config.epochs,
-                    "step": global_step,
-                    "total_steps": total_steps,
-                    "progress": global_step / total_steps,
-                    "loss": float(np.mean(losses)),
-                    "metrics": val_metrics,
-                    "history": [dict(h) for h in history],
-                }
-            )
+            report({**position(epoch, losses), "metrics": val_metrics, "history": [dict(h) for h in history]})
             if early_stop and epoch - best_epoch >= config.patience:
                 break
     except _Cancelled:
