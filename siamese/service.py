@@ -121,6 +121,7 @@ class ModelService:
         self._pool_index: PoolIndex | None = None
         self._looks = PoolIndex("thumbnails")  # the model-independent view of the pool
         self._index_lock = threading.Lock()
+        self._reviewed: set[str] = set()  # contradictions the Label tab has offered for review
         if background:
             threading.Thread(target=self._load_initial, name="siamese-load", daemon=True).start()
         else:
@@ -474,6 +475,24 @@ class ModelService:
         if suggestion is None:
             raise ValueError("no unlabeled pair to suggest: add images to the pool (score, label or import some)")
         return self.image_path(suggestion.image_a), self.image_path(suggestion.image_b), suggestion.to_dict()
+
+    def pair_to_judge(self) -> tuple[Path, Path, dict]:
+        """What the Label tab shows next: a contradiction not yet reviewed, else a suggestion.
+
+        A contradiction's "different" pair is offered once per process; judging it again (either way)
+        or skipping it moves on.
+        """
+        for contradiction in self.label_graph().contradictions():
+            pair_id = contradiction.pair_ids[0]
+            pair = self.store.get_pair(pair_id)
+            if pair is None or pair_id in self._reviewed:
+                continue
+            self._reviewed.add(pair_id)
+            images = self._pool_images([pair.image_a, pair.image_b])
+            score = self._score(images[0], images[1], self.active)
+            reason = f"review: {contradiction.explanation}"
+            return self.image_path(pair.image_a), self.image_path(pair.image_b), {**score, "reason": reason}
+        return self.suggest_pair()
 
     def search(self, image: ImageSource, k: int = 8) -> list[dict]:
         """The ``k`` pool images most similar to ``image``, most similar first."""

@@ -380,7 +380,7 @@ def _label_tab(service):
 
     def next_pair():
         try:
-            a, b, info = service.suggest_pair()
+            a, b, info = service.pair_to_judge()
         except (ValueError, LookupError, RuntimeError) as error:
             return None, None, f"_{_message(error)}_"
         why = html.escape(str(info.get("reason", "")), quote=False)

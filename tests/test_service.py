@@ -244,3 +244,21 @@ def test_suggest_pair_offers_an_unlabeled_pool_pair_with_a_reason(service, items
 def test_suggest_pair_on_an_empty_pool_is_a_clear_error(service):
     with pytest.raises(ValueError, match="no unlabeled pair"):
         service.suggest_pair()
+
+
+def test_label_tab_offers_a_contradiction_for_review_first(service, items):
+    circles = [data for name, data in items if name == "circle"][:3]
+    a, b, c = (service.decode(x).digest for x in circles)
+    service.label(circles[0], circles[1], "same")
+    service.label(circles[1], circles[2], "same")
+    different = service.label(circles[0], circles[2], "different")  # contradicts a=b=c
+    path_a, path_b, info = service.pair_to_judge()
+    assert {path_a.stem, path_b.stem} == {a, c}
+    assert info["reason"].startswith("review:")
+    assert service.store.get_pair(different["pair_id"]).label == "different"
+    # offered once: next comes a suggestion (or a clear message when nothing is left)
+    try:
+        _, _, after = service.pair_to_judge()
+        assert not after["reason"].startswith("review:")
+    except ValueError as error:
+        assert "no unlabeled pair" in str(error)
