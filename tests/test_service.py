@@ -248,7 +248,7 @@ def test_suggest_pair_on_an_empty_pool_is_a_clear_error(service):
 
 def test_label_tab_offers_a_contradiction_for_review_first(service, items):
     circles = [data for name, data in items if name == "circle"][:3]
-    a, b, c = (service.decode(x).digest for x in circles)
+    a, _, c = (service.decode(x).digest for x in circles)
     service.label(circles[0], circles[1], "same")
     service.label(circles[1], circles[2], "same")
     different = service.label(circles[0], circles[2], "different")  # contradicts a=b=c
