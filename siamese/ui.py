@@ -666,36 +666,33 @@ def _wire_api(service) -> None:
     def activate_model(version):
         return service.activate(version)
 
-    endpoints = [
-        ("score", score, [image_a, image_b], result),
-        ("label", label_pair, [image_a, image_b, label], result),
-        ("delete_pair", delete_pair, [pair_id], result),
-        ("train", train, [epochs, learning_rate, margin, batch_size, mode], result),
-        ("train_status", service.train_status, [], result),
-        ("cancel_training", service.cancel_training, [], result),
-        ("suggest_pair", suggest_pair, [], [out_a, out_b, result]),
-        ("search", search, [image, k], result),
-        ("explain", explain, [image_a, image_b], [out_a, out_b, result]),
-        ("export_dataset", export_dataset, [], out_file),
-        ("import_dataset", import_dataset, [archive], result),
-        ("models", service.models, [], result),
-        ("activate_model", activate_model, [version], result),
-        ("model_info", service.model_info, [], result),
-    ]
-    assert [name for name, *_ in endpoints] == list(API_NAMES)
-    # Raw inputs: images (see _upload), and /train's options, which TrainConfig checks with a clear
-    # message (Gradio's Number fails on "abc" with an error clients see without its text).
-    raw = {"score", "label", "search", "explain", "train"}
-    for name, fn, inputs, outputs in endpoints:
+    def endpoint(fn, inputs, outputs, *, api_name: str, raw: bool = False) -> None:
         gr.on(
             triggers=[],
             fn=_guard(fn),
             inputs=inputs,
             outputs=outputs,
-            api_name=name,
-            preprocess=name not in raw,
+            api_name=api_name,
+            preprocess=not raw,
             concurrency_limit=None,
         )
+
+    # raw=True: images arrive as uploaded (see _upload), and /train's options reach TrainConfig, whose
+    # messages are clear (Gradio's Number fails on "abc" with an error clients see without its text).
+    endpoint(score, [image_a, image_b], result, api_name="score", raw=True)
+    endpoint(label_pair, [image_a, image_b, label], result, api_name="label", raw=True)
+    endpoint(delete_pair, [pair_id], result, api_name="delete_pair")
+    endpoint(train, [epochs, learning_rate, margin, batch_size, mode], result, api_name="train", raw=True)
+    endpoint(service.train_status, [], result, api_name="train_status")
+    endpoint(service.cancel_training, [], result, api_name="cancel_training")
+    endpoint(suggest_pair, [], [out_a, out_b, result], api_name="suggest_pair")
+    endpoint(search, [image, k], result, api_name="search", raw=True)
+    endpoint(explain, [image_a, image_b], [out_a, out_b, result], api_name="explain", raw=True)
+    endpoint(export_dataset, [], out_file, api_name="export_dataset")
+    endpoint(import_dataset, [archive], result, api_name="import_dataset")
+    endpoint(service.models, [], result, api_name="models")
+    endpoint(activate_model, [version], result, api_name="activate_model")
+    endpoint(service.model_info, [], result, api_name="model_info")
 
 
 # ----------------------------------------------------------------------------- the app
