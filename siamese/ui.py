@@ -700,7 +700,8 @@ def _wire_api(service) -> None:
 
 def build_ui(service) -> gr.Blocks:
     """The app over ``service``; nothing runs until it is launched."""
-    with gr.Blocks(title="siamese — what similar means to you") as demo:
+    # Uploads are copied into the store when used; Gradio's own copies go after an hour (checked hourly).
+    with gr.Blocks(title="siamese — what similar means to you", delete_cache=(3600, 3600)) as demo:
         _wire_api(service)  # first, so the contract's names are never taken by a screen event
         with gr.Row(elem_id="header"):
             gr.Markdown("## siamese\nTeach a model what *similar* means for your images.", elem_id="title")

@@ -278,3 +278,8 @@ def test_the_header_says_so_while_the_model_loads(demo, service):
     assert "still loading" in poll.fn((None, None))[8]
     service.loading = False
     assert "Model v0" in poll.fn((None, None))[8]
+
+
+def test_gradio_upload_cache_is_cleaned(demo):
+    """Gradio's temporary copies of uploads are deleted hourly (the store keeps its own copy)."""
+    assert demo.delete_cache == (3600, 3600)
