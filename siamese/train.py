@@ -18,9 +18,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import math
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 
@@ -29,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+from .embedder import EmbeddingCache
 from .labelgraph import LabelGraph
 from .loss import ContrastiveLoss
 from .metrics import best_threshold, evaluate_pairs
@@ -134,34 +133,12 @@ class TooFewLabels(ValueError):
     """Not enough labeled pairs of one kind to train; the message says how many more are needed."""
 
 
-class FeatureCache:
+class FeatureCache(EmbeddingCache):
     """Backbone features, (F,) float32 per image, keyed by (backbone identity, image digest).
 
     Shared across jobs: a second job on the same images with the same frozen backbone does no backbone
-    forward at all. Thread-safe, least recently used items go first.
+    forward at all. The same thread-safe LRU map as the embedding cache, keyed by backbone, not version.
     """
-
-    def __init__(self, max_items: int = 200_000):
-        self.max_items = max_items
-        self._items: OrderedDict[tuple[str, str], torch.Tensor] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, identity: str, digest: str) -> torch.Tensor | None:
-        with self._lock:
-            value = self._items.get((identity, digest))
-            if value is not None:
-                self._items.move_to_end((identity, digest))
-            return value
-
-    def put(self, identity: str, digest: str, features: torch.Tensor) -> None:
-        with self._lock:
-            self._items[(identity, digest)] = features
-            self._items.move_to_end((identity, digest))
-            while len(self._items) > self.max_items:
-                self._items.popitem(last=False)
-
-    def __len__(self) -> int:
-        return len(self._items)
 
 
 def backbone_identity(model: ContrastiveSiameseNetwork) -> str:
