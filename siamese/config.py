@@ -12,6 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
+RUNTIMES = ("onnx", "torch")  # how scoring runs the forward pass (siamese.runtime)
+PRECISIONS = ("fp32", "int8")
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -77,6 +80,14 @@ class Settings:
     weights: Path | None = None  # SIAMESE_WEIGHTS: a safetensors checkpoint to start from
     auth: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # SIAMESE_AUTH
     hub_dataset: str | None = None  # SIAMESE_HUB_DATASET (needs HF_TOKEN)
+    runtime: str = "onnx"  # SIAMESE_RUNTIME: "onnx" (ONNX Runtime on a CPU) or "torch", for scoring
+    precision: str = "fp32"  # SIAMESE_PRECISION: "fp32", or "int8" once verified on validation pairs
+
+    def __post_init__(self) -> None:
+        if self.runtime not in RUNTIMES:
+            raise ValueError(f"SIAMESE_RUNTIME must be one of {', '.join(RUNTIMES)}, got {self.runtime!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"SIAMESE_PRECISION must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -89,6 +100,8 @@ class Settings:
             weights=Path(weights) if weights else None,
             auth=parse_auth(env.get("SIAMESE_AUTH")),
             hub_dataset=env.get("SIAMESE_HUB_DATASET") or None,
+            runtime=(env.get("SIAMESE_RUNTIME") or "onnx").strip().lower(),
+            precision=(env.get("SIAMESE_PRECISION") or "fp32").strip().lower(),
         )
 
 
@@ -104,6 +117,10 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--weights", help="safetensors checkpoint to start from (SIAMESE_WEIGHTS)")
     parser.add_argument("--auth", help="user:password[,user:password...] (SIAMESE_AUTH)")
     parser.add_argument("--hub-dataset", help="HF dataset repo to push labels to (SIAMESE_HUB_DATASET)")
+    parser.add_argument("--runtime", choices=RUNTIMES, help="scoring forward pass (SIAMESE_RUNTIME, onnx)")
+    parser.add_argument(
+        "--precision", choices=PRECISIONS, help="scoring precision; int8 only once verified (SIAMESE_PRECISION, fp32)"
+    )
 
 
 def settings_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Settings:
@@ -122,6 +139,9 @@ def settings_from_args(args: argparse.Namespace, env: Mapping[str, str] | None =
         overrides["auth"] = parse_auth(args.auth)
     if getattr(args, "hub_dataset", None):
         overrides["hub_dataset"] = args.hub_dataset
+    for name in ("runtime", "precision"):
+        if getattr(args, name, None):
+            overrides[name] = getattr(args, name)
     return replace(settings, **overrides)
 
 

@@ -14,6 +14,7 @@ import torch
 
 from .images import DecodedImage
 from .model import ContrastiveSiameseNetwork
+from .runtime import Engine, torch_engine
 
 
 class EmbeddingCache:
@@ -53,7 +54,12 @@ class EmbeddingCache:
 
 
 class Embedder:
-    """Embeds images with one model version: deduplicated, cached, batched, under inference_mode."""
+    """Embeds images with one model version: deduplicated, cached, batched, under inference_mode.
+
+    The forward pass is an :class:`~siamese.runtime.Engine` (PyTorch by default; ONNX Runtime once the
+    service has built one), swapped with :meth:`use` while requests run. Each embedding is computed by one
+    engine and cached under that engine's key, so fp32 and int8 embeddings never mix.
+    """
 
     def __init__(
         self,
@@ -62,6 +68,7 @@ class Embedder:
         cache: EmbeddingCache | None = None,
         device: torch.device | str = "cpu",
         batch_size: int = 32,
+        engine: Engine | None = None,
     ):
         self.model = model.eval()
         self.version = version
@@ -70,23 +77,41 @@ class Embedder:
         self.batch_size = batch_size
         self.images_forwarded = 0  # how many images went through the backbone (tests and benchmarks read it)
         self.lock = threading.Lock()  # one forward at a time: two on 2 cores only thrash
+        self._engine = engine or torch_engine(self.model)
 
-    def _forward(self, images: Sequence[DecodedImage]) -> torch.Tensor:
-        batch = self.model.preprocessing.to_tensor([item.image for item in images])
-        batch = batch.to(self.device).contiguous(memory_format=torch.channels_last)
-        with self.lock, torch.inference_mode():
+    @property
+    def engine(self) -> Engine:
+        return self._engine
+
+    def use(self, engine: Engine) -> None:
+        """Serves the next requests with ``engine`` (one assignment: a request in flight keeps its own)."""
+        self._engine = engine
+
+    @property
+    def key(self) -> str:
+        """The cache key of the current engine's embeddings: the version, plus the precision if not fp32."""
+        return self.version + self._engine.tag
+
+    def cached(self, digest: str) -> torch.Tensor | None:
+        return self.cache.get(self.key, digest)
+
+    def _forward(self, images: Sequence[DecodedImage], engine: Engine) -> torch.Tensor:
+        batch = self.model.preprocessing.to_tensor([item.image for item in images]).to(self.device)
+        with self.lock:
             self.images_forwarded += len(images)
-            return self.model.embed(batch).float().cpu()
+            return engine.run(batch).float().cpu()
 
     @torch.inference_mode()  # the result, and every cached row, is an inference tensor: no autograd, ever
     def embed(self, images: Sequence[DecodedImage]) -> torch.Tensor:
         """(N, D) unit-length embeddings, in the order given."""
+        engine = self._engine  # one engine, and one cache key, for the whole call
+        key = self.version + engine.tag
         found: dict[str, torch.Tensor] = {}
         missing: dict[str, DecodedImage] = {}
         for item in images:
             if item.digest in found or item.digest in missing:
                 continue
-            cached = self.cache.get(self.version, item.digest)
+            cached = self.cache.get(key, item.digest)
             if cached is None:
                 missing[item.digest] = item
             else:
@@ -94,9 +119,9 @@ class Embedder:
         todo = list(missing.values())
         for start in range(0, len(todo), self.batch_size):
             chunk = todo[start : start + self.batch_size]
-            for item, embedding in zip(chunk, self._forward(chunk), strict=True):
+            for item, embedding in zip(chunk, self._forward(chunk, engine), strict=True):
                 embedding = embedding.clone()  # own storage, so the cache does not pin the batch
-                self.cache.put(self.version, item.digest, embedding)
+                self.cache.put(key, item.digest, embedding)
                 found[item.digest] = embedding
         if not images:
             return torch.empty(0, self.model.config.embedding_dim)

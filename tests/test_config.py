@@ -125,3 +125,22 @@ def test_settings_are_frozen_and_hide_passwords():
     with pytest.raises(dataclasses.FrozenInstanceError):
         settings.backbone = "resnet50"
     assert "pw1" not in repr(settings)
+
+
+def test_runtime_and_precision_settings():
+    assert Settings.from_env({}).runtime == "onnx" and Settings.from_env({}).precision == "fp32"
+    env = {"SIAMESE_RUNTIME": " Torch ", "SIAMESE_PRECISION": "INT8"}
+    settings = Settings.from_env(env)
+    assert (settings.runtime, settings.precision) == ("torch", "int8")
+    flagged = parse_settings(["--runtime", "onnx", "--precision", "fp32"], env)
+    assert (flagged.runtime, flagged.precision) == ("onnx", "fp32")
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [({"SIAMESE_RUNTIME": "tensorrt"}, "SIAMESE_RUNTIME must be one of onnx, torch"),
+     ({"SIAMESE_PRECISION": "fp16"}, "SIAMESE_PRECISION must be one of fp32, int8")],
+)  # fmt: skip
+def test_unknown_runtime_or_precision_is_refused_by_name(env, message):
+    with pytest.raises(ValueError, match=message):
+        Settings.from_env(env)
