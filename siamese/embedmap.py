@@ -107,35 +107,48 @@ def group_names(digests: Sequence[str], graph=None) -> tuple[str, ...]:
     return tuple(names.get(d, NO_GROUP if d in labeled else UNLABELED) for d in digests)
 
 
+def sample_points(groups: Sequence[str], max_points: int | None, seed: int = 0) -> np.ndarray:
+    """Indices (sorted) of at most ``max_points`` images: every labeled one, then a seeded sample of the
+    unlabeled; when the labeled alone are too many, a seeded sample of them."""
+    everything = np.arange(len(groups))
+    if max_points is None or len(groups) <= max_points:
+        return everything
+    rng = np.random.default_rng(seed)
+    labeled = np.array([g != UNLABELED for g in groups], dtype=bool)
+    chosen = np.flatnonzero(labeled)
+    if len(chosen) >= max_points:
+        return np.sort(rng.choice(chosen, max_points, replace=False))
+    rest = np.flatnonzero(~labeled)
+    return np.sort(np.concatenate([chosen, rng.choice(rest, max_points - len(chosen), replace=False)]))
+
+
 def build_map(
     version: str,
     digests: Sequence[str],
     embeddings,
     graph=None,
-    previous: EmbeddingMap | None = None,
     max_points: int | None = None,
     seed: int = 0,
+    *,
+    groups: Sequence[str] | None = None,
 ) -> EmbeddingMap:
     """The 2-D map of ``digests`` with embeddings (N, D) (a numpy array or tensor), groups from ``graph``.
 
+    Each map is in its own PCA axes; :func:`align` turns another model's map onto them.
+
     Args:
-        previous: another model's map: this one is returned in its own PCA axes (use :func:`align` to
-            turn ``previous`` onto it).
-        max_points: keep at most this many images (every labeled one, then a seeded sample of the rest),
-            so a browser plot of a 100,000-image pool stays responsive. The PCA uses all of them.
+        max_points: keep at most this many images (:func:`sample_points`), so a picture of a
+            100,000-image pool stays readable. The PCA uses all of them.
+        groups: each image's group name (:func:`group_names`), instead of ``graph``.
     """
     x = embeddings.detach().cpu().numpy() if hasattr(embeddings, "detach") else np.asarray(embeddings)
     if len(x) != len(digests):
         raise ValueError(f"need one embedding per digest; got {len(x)} for {len(digests)}")
     points, _, explained = pca(x, 2)
-    groups = group_names(digests, graph)
-    keep = np.arange(len(digests))
-    if max_points is not None and len(digests) > max_points:
-        labeled = np.array([g != UNLABELED for g in groups])
-        rest = np.flatnonzero(~labeled)
-        room = max(0, max_points - int(labeled.sum()))
-        sample = np.random.default_rng(seed).choice(rest, min(room, len(rest)), replace=False)
-        keep = np.sort(np.concatenate([np.flatnonzero(labeled), sample]))
+    groups = tuple(groups) if groups is not None else group_names(digests, graph)
+    if len(groups) != len(digests):
+        raise ValueError(f"need one group name per digest; got {len(groups)} for {len(digests)}")
+    keep = sample_points(groups, max_points, seed)
     return EmbeddingMap(
         version=version,
         digests=tuple(digests[i] for i in keep),
@@ -169,29 +182,71 @@ def _colour(group: str) -> tuple[int, int, int]:
     return _PALETTE[rank] if rank < len(_PALETTE) - 1 else _PALETTE[-1]
 
 
-def render(maps: EmbeddingMap | Sequence[EmbeddingMap], size: int = 480, point: int = 3) -> Image.Image:
-    """A PNG-ready picture of one map, or several side by side (each titled with its version)."""
+def render(
+    maps: EmbeddingMap | Sequence[EmbeddingMap],
+    size: int = 480,
+    point: int = 3,
+    titles: Sequence[str] | None = None,
+) -> Image.Image:
+    """A PNG-ready picture of one map, or several side by side on one scale, with a colour key below.
+
+    Args:
+        titles: one per map (default: each map's version and image count).
+    """
     maps = [maps] if isinstance(maps, EmbeddingMap) else list(maps)
     if not maps:
         raise ValueError("nothing to draw: give at least one map")
-    margin, title = 16, 22
-    canvas = Image.new("RGB", (size * len(maps), size + title), "white")
+    if titles is not None and len(titles) != len(maps):
+        raise ValueError(f"need one title per map; got {len(titles)} for {len(maps)}")
+    titles = titles or [f"{m.version}  ({len(m.digests)} images)" for m in maps]
+    margin, title, line = 16, 22, 20
+    key = _key_lines(_key_entries(maps), size * len(maps) - 2 * margin, ImageDraw.Draw(Image.new("RGB", (1, 1))))
+    canvas = Image.new("RGB", (size * len(maps), size + title + line * len(key)), "white")
     draw = ImageDraw.Draw(canvas)
-    for panel, emb_map in enumerate(maps):
+    drawn = [m.points for m in maps if len(m.digests)]
+    # One scale for every panel: after align(), the same place means the same thing in each.
+    low = np.min([p.min(axis=0) for p in drawn], axis=0) if drawn else np.zeros(2)
+    span = np.maximum(np.max([p.max(axis=0) for p in drawn], axis=0) - low, 1e-9) if drawn else np.ones(2)
+    for panel, (emb_map, text) in enumerate(zip(maps, titles, strict=True)):
         left = panel * size
-        draw.text((left + margin, 4), f"{emb_map.version}  ({len(emb_map.digests)} images)", fill="black")
+        draw.text((left + margin, 4), text, fill="black")
         draw.rectangle([left + 2, title, left + size - 3, title + size - 3], outline=(220, 220, 220))
         if len(emb_map.digests) == 0:
             continue
-        pts = emb_map.points
-        low, high = pts.min(axis=0), pts.max(axis=0)
-        span = np.maximum(high - low, 1e-9)
-        inner = size - 2 * margin
-        xy = (pts - low) / span * inner + margin
+        xy = (emb_map.points - low) / span * (size - 2 * margin) + margin
         xy[:, 1] = size - xy[:, 1]  # y grows upwards on a plot
-        order = sorted(range(len(pts)), key=lambda i: emb_map.groups[i] != UNLABELED)  # labeled on top
+        order = sorted(range(len(xy)), key=lambda i: emb_map.groups[i] != UNLABELED)  # labeled on top
         for i in order:
             x, y = left + xy[i, 0], title + xy[i, 1]
             r = point if emb_map.groups[i] != UNLABELED else max(1, point - 1)
             draw.ellipse([x - r, y - r, x + r, y + r], fill=_colour(emb_map.groups[i]))
+    for row, entries in enumerate(key):
+        y = title + size + 4 + row * line
+        for x, name, colour in entries:
+            draw.rectangle([margin + x, y + 3, margin + x + 8, y + 11], fill=colour)
+            draw.text((margin + x + 12, y + 1), name, fill="black")
     return canvas
+
+
+def _key_entries(maps: Sequence[EmbeddingMap]) -> list[tuple[str, tuple[int, int, int]]]:
+    """One swatch per colour in use: the largest groups by rank, the rest, labeled only "different", unlabeled."""
+    present = {g for m in maps for g in m.groups}
+    ranks = sorted(int(g.split()[-1]) for g in present if g.startswith("group "))
+    entries = [(f"group {r}", _colour(f"group {r}")) for r in ranks if r < len(_PALETTE)]
+    if ranks and ranks[-1] >= len(_PALETTE):
+        entries.append(("smaller groups", _PALETTE[-1]))
+    return entries + [(name, _colour(name)) for name in (NO_GROUP, UNLABELED) if name in present]
+
+
+def _key_lines(entries, width: int, draw: ImageDraw.ImageDraw) -> list[list[tuple[int, str, tuple[int, int, int]]]]:
+    """The key's entries placed in lines no wider than ``width``: (x, name, colour) each."""
+    lines: list[list[tuple[int, str, tuple[int, int, int]]]] = [[]]
+    x = 0
+    for name, colour in entries:
+        step = 12 + int(draw.textlength(name)) + 14
+        if lines[-1] and x + step > width:
+            lines.append([])
+            x = 0
+        lines[-1].append((x, name, colour))
+        x += step
+    return lines

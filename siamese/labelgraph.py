@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import math
 import random
-from collections import Counter, deque
-from collections.abc import Iterable, Sequence
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from types import MappingProxyType
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,13 @@ def _edge(pair) -> Edge:
     return Edge(str(pair.pair_id), pair.image_a, pair.image_b, bool(same))
 
 
+def _as_edge(pair) -> Edge:
+    edge = pair if type(pair) is Edge else _edge(pair)
+    if edge.image_a == edge.image_b:
+        raise ValueError(f"pair {edge.pair_id!r} joins an image to itself")
+    return edge
+
+
 def _unrank_combination(index: int, n: int) -> tuple[int, int]:
     """The index-th pair (i < j) of range(n) in the order (0,1), (0,2), (1,2), (0,3), …"""
     j = int((math.isqrt(8 * index + 1) + 1) // 2)
@@ -75,24 +84,43 @@ def _short(digest: str) -> str:
     return digest[:8]
 
 
-class LabelGraph:
-    """Images and their labels as a graph; built once per question, cheap for 100,000 labels."""
+def _decrement(counts: dict, key) -> None:
+    """One less of ``key``; a count that reaches zero is removed (so views never show zeros)."""
+    if counts[key] == 1:
+        del counts[key]
+    else:
+        counts[key] -= 1
 
-    def __init__(self, edges: Iterable[Edge]):
-        self.edges: list[Edge] = list(edges)
-        self._parent: dict[str, str] = {}
-        self._same_adjacent: dict[str, list[tuple[str, str]]] = {}  # image -> [(neighbour, pair_id)]
-        self._counts: dict[bool, Counter[str]] = {True: Counter(), False: Counter()}  # same / different labels
-        for edge in self.edges:
-            self._find(edge.image_a), self._find(edge.image_b)
-            self._counts[edge.same].update((edge.image_a, edge.image_b))
-            if edge.same:
-                self._union(edge.image_a, edge.image_b)
-                self._same_adjacent.setdefault(edge.image_a, []).append((edge.image_b, edge.pair_id))
-                self._same_adjacent.setdefault(edge.image_b, []).append((edge.image_a, edge.pair_id))
-        self._members: dict[str, list[str]] = {}
-        for image in sorted(self._parent):
-            self._members.setdefault(self._find(image), []).append(image)
+
+def _discard(adjacent: dict[str, dict[str, str]], image: str, pair_id: str) -> None:
+    edges = adjacent[image]
+    del edges[pair_id]
+    if not edges:
+        del adjacent[image]
+
+
+class LabelGraph:
+    """Images and their labels as a graph, kept up to date label by label.
+
+    Adding a label costs about O(1) (union-find); removing one re-derives only the group it was in (a
+    breadth-first walk of that group's "same" labels). So one graph can follow a store of 100,000 labels
+    (see ``ModelService``) instead of being rebuilt for every question. Every answer depends only on the
+    current set of labels, never on the order they came in: a graph changed label by label equals one
+    built from the same labels at once. Not thread-safe: callers that share one hold a lock.
+    """
+
+    def __init__(self, edges: Iterable[Edge] = ()):
+        self._edges: dict[str, Edge] = {}  # pair_id -> edge
+        self._parent: dict[str, str] = {}  # union-find; every labeled image is a key
+        self._members: dict[str, set[str]] = {}  # root -> the images of its group
+        self._same_adjacent: dict[str, dict[str, str]] = {}  # image -> {pair_id: neighbour}, "same" labels
+        self._different_adjacent: dict[str, dict[str, str]] = {}  # the same for "different" labels
+        self._counts: dict[bool, dict[str, int]] = {True: {}, False: {}}  # image -> same / different labels
+        self._usage: dict[str, int] = {}  # image -> labeled pairs it is in (no zeros)
+        self._labeled: dict[frozenset[str], int] = {}  # unordered pair -> edges joining it
+        self._contradicting: set[str] = set()  # ids of "different" labels inside one group
+        for edge in edges:
+            self.add(edge)
 
     @classmethod
     def from_pairs(cls, pairs: Iterable) -> LabelGraph:
@@ -100,10 +128,74 @@ class LabelGraph:
         ``label`` or ``same``)."""
         return cls(_edge(p) for p in pairs)
 
+    def copy(self) -> LabelGraph:
+        """An independent graph with the same labels."""
+        return LabelGraph(self._edges.values())
+
+    def __len__(self) -> int:
+        return len(self._edges)
+
+    @property
+    def edges(self) -> list[Edge]:
+        """Every label, in the order added."""
+        return list(self._edges.values())
+
+    # -- changes
+
+    def add(self, pair) -> None:
+        """Adds one label (an :class:`Edge`, a store ``Pair`` or a ``LabeledPair``); one with the same
+        ``pair_id`` is replaced."""
+        edge = _as_edge(pair)
+        old = self._edges.get(edge.pair_id)
+        if old == edge:
+            return
+        if old is not None:
+            self.remove(edge.pair_id)
+        self._edges[edge.pair_id] = edge
+        a, b = edge.image_a, edge.image_b
+        usage, counts = self._usage, self._counts[edge.same]
+        for image in (a, b):
+            if image not in self._parent:
+                self._parent[image] = image
+                self._members[image] = {image}
+            usage[image] = usage.get(image, 0) + 1
+            counts[image] = counts.get(image, 0) + 1
+        key = frozenset((a, b))
+        self._labeled[key] = self._labeled.get(key, 0) + 1
+        adjacent = self._same_adjacent if edge.same else self._different_adjacent
+        adjacent.setdefault(a, {})[edge.pair_id] = b
+        adjacent.setdefault(b, {})[edge.pair_id] = a
+        if edge.same:
+            self._union(a, b)
+        elif self._find(a) == self._find(b):
+            self._contradicting.add(edge.pair_id)
+
+    def remove(self, pair_id: str) -> bool:
+        """Takes one label out; False when there was none with that id."""
+        edge = self._edges.pop(pair_id, None)
+        if edge is None:
+            return False
+        a, b = edge.image_a, edge.image_b
+        key = frozenset((a, b))
+        _decrement(self._labeled, key)
+        for image in (a, b):
+            _decrement(self._usage, image)
+            _decrement(self._counts[edge.same], image)
+        adjacent = self._same_adjacent if edge.same else self._different_adjacent
+        for image in (a, b):
+            _discard(adjacent, image, pair_id)
+        if edge.same:
+            self._split(a, b)
+        else:
+            self._contradicting.discard(pair_id)
+        for image in (a, b):
+            if image not in self._usage:  # no labels left: an unlabeled image, alone in its group
+                del self._parent[image], self._members[image]
+        return True
+
     # -- union-find (deterministic roots: the smallest digest of a group)
 
     def _find(self, x: str) -> str:
-        self._parent.setdefault(x, x)
         root = x
         while self._parent[root] != root:
             root = self._parent[root]
@@ -113,8 +205,43 @@ class LabelGraph:
 
     def _union(self, a: str, b: str) -> None:
         ra, rb = self._find(a), self._find(b)
-        if ra != rb:
-            self._parent[max(ra, rb)] = min(ra, rb)
+        if ra == rb:
+            return
+        small, big = sorted((self._members[ra], self._members[rb]), key=len)
+        for image in small:  # "different" labels between the two groups now lie inside one
+            for pair_id, neighbour in self._different_adjacent.get(image, {}).items():
+                if neighbour in big:
+                    self._contradicting.add(pair_id)
+        root, other = min(ra, rb), max(ra, rb)
+        self._parent[other] = root
+        big |= small
+        del self._members[other]
+        self._members[root] = big
+
+    def _split(self, a: str, b: str) -> None:
+        """After a "same" label a–b is gone: its group stays whole, or splits in two."""
+        side_a = self._reachable(a)
+        if b in side_a:
+            return
+        side_b = self._members.pop(self._find(a)) - side_a
+        for side in (side_a, side_b):
+            root = min(side)
+            for image in side:
+                self._parent[image] = root
+            self._members[root] = side
+        for image in min(side_a, side_b, key=len):  # labels between the parts no longer contradict
+            for pair_id, neighbour in self._different_adjacent.get(image, {}).items():
+                if self._parent[neighbour] != self._parent[image]:
+                    self._contradicting.discard(pair_id)
+
+    def _reachable(self, start: str) -> set[str]:
+        seen, queue = {start}, deque([start])
+        while queue:
+            for neighbour in self._same_adjacent.get(queue.popleft(), {}).values():
+                if neighbour not in seen:
+                    seen.add(neighbour)
+                    queue.append(neighbour)
+        return seen
 
     # -- questions
 
@@ -124,61 +251,69 @@ class LabelGraph:
 
     def groups(self, min_size: int = 2) -> list[list[str]]:
         """Images joined by "same" labels, largest group first (ties by first digest); members sorted."""
-        found = [members for members in self._members.values() if len(members) >= min_size]
+        found = [sorted(members) for members in self._members.values() if len(members) >= min_size]
         return sorted(found, key=lambda members: (-len(members), members[0]))
 
     def group_of(self, digest: str) -> str | None:
         """The group's id (its smallest digest), or None for an image without labels."""
         return self._find(digest) if digest in self._parent else None
 
-    def usage(self) -> Counter[str]:
-        """How many labeled pairs each image is in."""
-        return self._counts[True] + self._counts[False]
+    def usage(self) -> Mapping[str, int]:
+        """How many labeled pairs each image is in: a read-only view that follows the graph (copy it to
+        keep it)."""
+        return MappingProxyType(self._usage)
 
-    def labeled(self) -> set[frozenset[str]]:
-        """The labeled pairs, as unordered pairs of digests."""
-        return {frozenset((edge.image_a, edge.image_b)) for edge in self.edges}
+    def labeled(self) -> AbstractSet[frozenset[str]]:
+        """The labeled pairs, as unordered pairs of digests: a read-only view that follows the graph."""
+        return self._labeled.keys()
 
     def hint(self, digest: str) -> str | None:
         """What the labels say about one image, in words; None when it has no labels."""
         if digest not in self._parent:
             return None
-        same, different = self._counts[True][digest], self._counts[False][digest]
+        same, different = self._counts[True].get(digest, 0), self._counts[False].get(digest, 0)
         text = f"labeled same as {same} image{'s' if same != 1 else ''}, different from {different}"
         implied = len(self._members[self._find(digest)]) - 1 - same
         if implied > 0:
             text += f"; in a group of {implied + same + 1} same images"
         return text
 
+    def contradicting(self) -> list[str]:
+        """The ids of "different" labels inside a "same" group, sorted (no paths: see :meth:`contradiction`)."""
+        return sorted(self._contradicting)
+
     def contradictions(self) -> list[Contradiction]:
-        """Each "different" label inside a "same" group, with the shortest "same" path that contradicts it."""
-        found = []
-        for edge in self.edges:
-            if edge.same or self._find(edge.image_a) != self._find(edge.image_b):
-                continue
-            images, pair_ids = self._same_path(edge.image_a, edge.image_b)
-            chain = " = ".join(_short(d) for d in images)
-            found.append(
-                Contradiction(
-                    pair_ids=(edge.pair_id, *pair_ids),
-                    images=tuple(images),
-                    explanation=(
-                        f"{_short(edge.image_a)} and {_short(edge.image_b)} are labeled different, but the "
-                        f"'same' labels {chain} make them the same; one of these {len(pair_ids) + 1} labels is wrong"
-                    ),
-                )
-            )
-        return found
+        """Each "different" label inside a "same" group, with the shortest "same" path that contradicts it,
+        in the order of the "different" labels' ids."""
+        return [self.contradiction(pair_id) for pair_id in self.contradicting()]
+
+    def contradiction(self, pair_id: str) -> Contradiction:
+        """The contradiction of one "different" label (see :meth:`contradicting`)."""
+        if pair_id not in self._contradicting:
+            raise KeyError(f"label {pair_id!r} contradicts nothing")
+        edge = self._edges[pair_id]
+        images, pair_ids = self._same_path(edge.image_a, edge.image_b)
+        chain = " = ".join(_short(d) for d in images)
+        return Contradiction(
+            pair_ids=(edge.pair_id, *pair_ids),
+            images=tuple(images),
+            explanation=(
+                f"{_short(edge.image_a)} and {_short(edge.image_b)} are labeled different, but the "
+                f"'same' labels {chain} make them the same; one of these {len(pair_ids) + 1} labels is wrong"
+            ),
+        )
 
     def _same_path(self, start: str, goal: str) -> tuple[list[str], list[str]]:
-        """Breadth-first: the fewest "same" edges from ``start`` to ``goal`` (images, pair ids)."""
+        """Breadth-first: the fewest "same" edges from ``start`` to ``goal`` (images, pair ids); among
+        equally short paths, the one through the smallest digests (so the answer depends on the labels
+        alone, not on the order they came in)."""
         came_from: dict[str, tuple[str, str] | None] = {start: None}
         queue = deque([start])
         while queue:
             image = queue.popleft()
             if image == goal:
                 break
-            for neighbour, pair_id in self._same_adjacent.get(image, ()):
+            for neighbour, pair_id in sorted((n, p) for p, n in self._same_adjacent.get(image, {}).items()):
                 if neighbour not in came_from:
                     came_from[neighbour] = (image, pair_id)
                     queue.append(neighbour)
@@ -198,11 +333,9 @@ class LabelGraph:
         returned, without ever listing them all (a group of 10,000 implies 50 million pairs).
         """
         if max_count is None:
-            max_count = 4 * len(self.edges)
-        members = self._members
-        contradictory = {
-            self._find(e.image_a) for e in self.edges if not e.same and self._find(e.image_a) == self._find(e.image_b)
-        }
+            max_count = 4 * len(self._edges)
+        members = {root: sorted(group) for root, group in self._members.items()}
+        contradictory = {self._find(self._edges[pair_id].image_a) for pair_id in self._contradicting}
         # Blocks of candidate pairs: ("same", group) or ("different", group, group), each with its size.
         blocks: list[tuple[str, str, str | None, int]] = []
         for root in sorted(members):
@@ -210,7 +343,7 @@ class LabelGraph:
             if root not in contradictory and n > 2:
                 blocks.append(("same", root, None, n * (n - 1) // 2))
         different_groups = set()
-        for e in self.edges:
+        for e in self._edges.values():
             if not e.same:
                 ra, rb = sorted((self._find(e.image_a), self._find(e.image_b)))
                 if ra != rb and ra not in contradictory and rb not in contradictory:

@@ -7,15 +7,19 @@ and assigns it, so no request ever sees a half-trained model or a threshold from
 
 from __future__ import annotations
 
+import atexit
+import copy
 import hashlib
 import logging
 import math
 import queue
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
+from weakref import ref
 
 import torch
 
@@ -23,27 +27,53 @@ from .backbones import pick_device
 from .checkpoint import WEIGHTS_FILE, load_checkpoint, model_metadata
 from .config import ModelConfig, Settings
 from .embedder import Embedder, EmbeddingCache
-from .embedmap import build_map
+from .embedmap import EmbeddingMap, align, build_map, group_names, sample_points
 from .explain import overlay, similarity_saliency
 from .hubsync import from_settings as hub_from_settings
 from .images import DecodedImage, ImageError, ImageSource, content_hash, decode_bytes, load_image, to_bytes
 from .jobs import JobCancelled, TrainingJobs
 from .labelgraph import LabelGraph
 from .model import ContrastiveSiameseNetwork, build_model
+from .runtime import (
+    CALIBRATION_IMAGES,
+    Engine,
+    fp32_onnx,
+    int8_onnx,
+    onnx_engine,
+    onnxruntime_available,
+    too_few_to_verify,
+    torch_engine,
+    verify_int8,
+    weights_digest,
+)
 from .search import PoolIndex, describe
 from .store import PairStore
 from .suggest import Suggester, thumbnail_vectors
 from .train import FeatureCache, LabeledPair, TrainConfig, check_enough, train_model
 from .transfer import export_zip, import_path
-from .versions import ModelRegistry
+from .versions import ModelRegistry, VersionError
 
 log = logging.getLogger(__name__)
 
 # Pool images a suggest/search request embeds at most; the background warm-up embeds the rest.
 INDEX_PER_REQUEST = 512
+# Images in the embedding map of one model, and in a before/after pair of maps (the previous model
+# embeds these, once: on a CPU, resnet18 takes about a minute for 2,000).
+MAP_POINTS = 5000
+COMPARE_MAP_POINTS = 2000
+# The label graph follows the store's events; more changes than this at once (an import) rebuild it.
+GRAPH_SYNC_EVENTS = 2000
+# Validation pairs an int8 engine is checked on at most.
+VERIFY_PAIRS = 1000
 # Threshold of a model nobody has calibrated yet (cosine similarity).
 UNCALIBRATED_THRESHOLD = 0.5
 LABELS = ("same", "different")
+INITIAL_VERSION = "v0"  # the first model of a data dir (see ensure_active_version)
+THUMBNAILS = "thumbnails"  # the reference view's name when it is not a model's
+
+
+class Closing(RuntimeError):
+    """The service is shutting down; background work stops at its next step."""
 
 
 class NotReady(RuntimeError):
@@ -119,11 +149,23 @@ class ModelService:
         self._init_training()
         self.suggester = Suggester(seed=0)
         self._pool_index: PoolIndex | None = None
-        self._looks = PoolIndex("thumbnails")  # the model-independent view of the pool
+        self._looks: PoolIndex | None = None  # the model-independent view of the pool (see _reference)
         self._index_lock = threading.Lock()
+        self._graph: LabelGraph | None = None  # the labels as a graph, following the store (see _labels)
+        self._graph_seq = 0  # the last store event the graph has taken in
+        self._graph_lock = threading.Lock()
         self._reviewed: set[str] = set()  # contradictions the Label tab has offered for review
+        self._previously_active: str | None = None
+        self._cached_keys: dict[str, set[str]] = {}  # version -> its keys in self.cache (not the active one's)
+        self._other_lock = threading.Lock()  # one other model (the previous one) loaded at a time
+        self._engines_in_background = background
+        self._closing = threading.Event()
+        self._workers: set[threading.Thread] = set()
+        self._workers_lock = threading.Lock()
+        this = ref(self)  # atexit must not keep every service of a test session alive
+        atexit.register(lambda: (service := this()) is not None and service.close())
         if background:
-            threading.Thread(target=self._load_initial, name="siamese-load", daemon=True).start()
+            self._spawn(self._load_initial, "siamese-load")
         else:
             self._load_initial()
 
@@ -140,6 +182,42 @@ class ModelService:
             self._load_error = f"{type(error).__name__}: {error}"
         finally:
             self._ready.set()
+
+    def _spawn(self, target, name: str, *args) -> None:
+        """Runs ``target`` in a daemon thread that :meth:`close` stops and waits for."""
+
+        def run() -> None:
+            try:
+                target(*args)
+            except Closing:
+                pass
+            finally:
+                with self._workers_lock:
+                    self._workers.discard(threading.current_thread())
+
+        thread = threading.Thread(target=run, name=name, daemon=True)
+        with self._workers_lock:
+            if self._closing.is_set():
+                return
+            self._workers.add(thread)
+        thread.start()
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stops the background work (pool warm-up, engine building) and waits for it; runs at exit.
+
+        A daemon thread still inside PyTorch or ONNX Runtime when the interpreter finalizes aborts the
+        process ("terminate called without an active exception"), so exit waits for them to stop.
+        """
+        self._closing.set()
+        with self._workers_lock:
+            workers = list(self._workers)
+        for thread in workers:
+            if thread is not threading.current_thread():
+                thread.join(timeout)
+
+    def _check_open(self) -> None:
+        if self._closing.is_set():
+            raise Closing("the service is shutting down")
 
     def wait_ready(self, timeout: float | None = 120.0) -> ActiveModel:
         if not self._ready.wait(timeout):
@@ -159,10 +237,80 @@ class ModelService:
             model = model.to(memory_format=torch.channels_last)
             embedder = Embedder(model, version, self.cache, device=self.device)
             active = ActiveModel(embedder, version, float(meta.get("threshold", UNCALIBRATED_THRESHOLD)), meta)
-            self._active = active
+            before, self._active = self._active, active
             self.registry.set_active(version)
-        threading.Thread(target=self._warm_index, name="siamese-index", daemon=True).start()
+            if before is not None and before.version != version:
+                self._previously_active = before.version
+            self._forget_embeddings(before, active)
+        if self._engines_in_background:
+            self._spawn(self._serve_faster, "siamese-engine", active)
+        else:
+            self._serve_faster(active)
+        self._spawn(self._warm_index, "siamese-index")
         return active
+
+    # ---------------------------------------------------------------- the scoring engine
+
+    def _serve_faster(self, active: ActiveModel) -> None:
+        """Moves ``active``'s scoring onto ONNX Runtime, in int8 when asked for and verified.
+
+        PyTorch serves until the engine is ready (seconds: export, and for int8 quantization and the check
+        on the validation pairs); any failure leaves PyTorch serving and says why in ``/model_info``.
+        """
+        settings, embedder = self.settings, active.embedder
+        try:
+            if settings.runtime == "torch":
+                return
+            if self.device.type != "cpu":
+                embedder.use(torch_engine(active.model, note=f"PyTorch on {self.device}: ONNX Runtime serves CPUs"))
+                return
+            if not onnxruntime_available():
+                embedder.use(torch_engine(active.model, note="onnxruntime is not installed: PyTorch serves"))
+                return
+            cache_dir = self.data_dir / "runtime"
+            key = f"{active.version}-{weights_digest(self.checkpoint_file(active.version))}"
+            model = copy.deepcopy(active.model).to(memory_format=torch.contiguous_format)  # the served one untouched
+            fp32 = onnx_engine(fp32_onnx(model, cache_dir, key), "fp32")
+            size = model.preprocessing.crop_size
+            probe = torch.rand(2, 3, size, size)
+            with torch.inference_mode():
+                gap = float((fp32.run(probe) - model.embed(probe)).abs().max())
+            if not gap < 1e-3:
+                raise RuntimeError(f"the ONNX graph disagrees with PyTorch by {gap:.2g}")
+            engine = fp32
+            self._check_open()
+            if settings.precision == "int8":
+                engine = self._int8_engine(active, fp32, cache_dir, key)
+            if self._active is active:  # not superseded meanwhile
+                embedder.use(engine)
+        except Closing:
+            pass
+        except Exception as error:
+            log.exception("could not build the ONNX Runtime engine for %s", active.version)
+            note = f"ONNX Runtime failed ({type(error).__name__}: {error}); PyTorch serves"
+            embedder.use(torch_engine(active.model, note=note))
+
+    def _int8_engine(self, active: ActiveModel, fp32: Engine, cache_dir: Path, key: str) -> Engine:
+        """The int8 engine if it keeps the validation AUC within MAX_AUC_DROP of fp32, else ``fp32`` saying why."""
+        pairs = self.labeled_pairs("val")[:VERIFY_PAIRS]
+        missing = too_few_to_verify([p.same for p in pairs])
+        if missing:
+            return replace(fp32, note=missing)
+        held_out = {d for p in pairs for d in (p.image_a, p.image_b)}
+        calibration = [d for d in self.store.pool() if d not in held_out][:CALIBRATION_IMAGES]
+        if not calibration:
+            return replace(fp32, note="int8 needs pool images to calibrate on; serving fp32")
+        preprocessing = active.model.preprocessing
+        images = preprocessing.to_tensor([self._load_pixels(d) for d in calibration])
+        int8 = onnx_engine(int8_onnx(fp32.path, cache_dir, key, images), "int8")
+        order = sorted(held_out)
+        position = {d: i for i, d in enumerate(order)}
+        val_images = preprocessing.to_tensor([self._load_pixels(d) for d in order]) if order else images[:0]
+        check = verify_int8(
+            fp32.run, int8.run, val_images, [(position[p.image_a], position[p.image_b], p.same) for p in pairs]
+        )
+        log.info("int8 check for %s: %s", active.version, check.reason)
+        return replace(int8, note=check.reason) if check.passed else replace(fp32, note=check.reason)
 
     # ---------------------------------------------------------------- images
 
@@ -219,7 +367,7 @@ class ModelService:
             digest = content_hash(to_bytes(source))
         except ImageError:
             return None  # decode() says what is wrong
-        embedding = active.embedder.cache.get(active.version, digest)
+        embedding = active.embedder.cached(digest)
         return embedding if embedding is not None and self.store.has_image(digest) else None
 
     def _score(self, a: DecodedImage, b: DecodedImage, active: ActiveModel) -> dict:
@@ -325,6 +473,7 @@ class ModelService:
             "embedding_dim": active.model.config.embedding_dim,
             "threshold": active.threshold,
             "device": str(self.device),
+            "runtime": active.embedder.engine.describe(),
             "calibrated": bool(meta.get("metrics")),
             "notice": notice,
         }
@@ -439,19 +588,31 @@ class ModelService:
     def _index(self, limit: int | None = INDEX_PER_REQUEST) -> PoolIndex:
         """The pool's embeddings under the active model, extended by at most ``limit`` new images.
 
-        A request embeds a bounded slice; the background warm-up after a switch does the rest.
+        A request embeds a bounded slice; the background warm-up after a switch does the rest. Each image
+        also gets its row in the "looks alike" reference (:meth:`_reference`), from the same decode.
         """
         active = self.active
         with self._index_lock:
             if self._pool_index is None or self._pool_index.version != active.version:
                 self._pool_index = PoolIndex(active.version)
-            index = self._pool_index
+            index, looks = self._pool_index, self._reference()
             pool = self.store.pool()
+            loaded: dict[str, Embedder] = {}  # v0, when the reference needs its forwards: let go after this call
 
             def embed(digests: Sequence[str]) -> torch.Tensor:  # one decode serves both views
+                self._check_open()  # the warm-up stops between chunks at exit
                 images = self._pool_images(digests)
-                self._looks.add(digests, thumbnail_vectors([item.image for item in images]))
-                return active.embedder.embed(images)
+                rows = active.embedder.embed(images)
+                todo = [i for i, digest in enumerate(digests) if digest not in looks]
+                if todo:
+                    new = [digests[i] for i in todo]
+                    if looks.version == THUMBNAILS:
+                        looks.add(new, thumbnail_vectors([images[i].image for i in todo]))
+                    elif looks.version == active.version:  # the initial model is active: its rows serve
+                        looks.add(new, rows[todo])
+                    else:
+                        looks.add(new, self._embed_other(looks.version, new, [images[i] for i in todo], loaded))
+                return rows
 
             index.update(pool, embed, limit=limit)
         return index
@@ -459,19 +620,149 @@ class ModelService:
     def _warm_index(self) -> None:
         try:
             self._index(limit=None)
+            with self._labels():  # built here, so the first suggestion does not wait for 100,000 labels
+                pass
+        except Closing:
+            pass
         except Exception:
             log.exception("could not index the pool")
 
+    def _reference(self) -> PoolIndex:
+        """The "looks alike" view that hard positives and negatives are judged against (under _index_lock).
+
+        When the initial model v0 is pretrained (ImageNet weights), its embeddings: what a generic
+        network finds alike, which suits photos. Otherwise 8×8 thumbnails (:func:`thumbnail_vectors`),
+        which suit digits and shapes. Decided once (v0 never changes); each pool image costs one row, kept
+        for the life of the process whichever model is active.
+        """
+        if self._looks is None:
+            try:
+                pretrained = bool(self.registry.info(INITIAL_VERSION).meta.get("pretrained_init"))
+            except VersionError:  # no v0 (removed by hand): nothing to call the initial model
+                pretrained = False
+            self._looks = PoolIndex(INITIAL_VERSION if pretrained else THUMBNAILS)
+        return self._looks
+
+    def _embed_other(
+        self,
+        version: str,
+        digests: Sequence[str],
+        images: Sequence[DecodedImage] | None = None,
+        loaded: dict[str, Embedder] | None = None,
+    ) -> torch.Tensor:
+        """(N, D) embeddings of pool images under ``version``, which need not be the active model.
+
+        Rows already in the embedding cache cost nothing; for the rest, the version is loaded (once per
+        ``loaded`` dict: the caller drops it, so the model does not stay in memory) and its forwards take
+        turns with the active model's, one batch at a time, so scoring waits for one batch at most.
+
+        Args:
+            images: the decoded ``digests``, when the caller has them; else each batch is read from the pool.
+            loaded: models loaded so far by this caller, by version.
+        """
+        found: dict[str, torch.Tensor] = {}
+        for digest in digests:
+            cached = self.cache.get(version, digest)
+            if cached is not None:
+                found[digest] = cached
+        missing = [i for i, digest in enumerate(digests) if digest not in found]
+        if missing:
+            loaded = {} if loaded is None else loaded
+            if version not in loaded:
+                model, _ = self.registry.load(version, device=self.device)
+                model = model.to(memory_format=torch.channels_last)
+                loaded[version] = Embedder(model, version, self.cache, device=self.device)  # PyTorch, fp32
+                with self._switch_lock:
+                    self._cached_keys.setdefault(version, set()).add(version)
+            embedder = loaded[version]
+            for start in range(0, len(missing), embedder.batch_size):
+                batch = [digests[i] for i in missing[start : start + embedder.batch_size]]  # decoded outside the lock
+                part = missing[start : start + embedder.batch_size]
+                pixels = [images[i] for i in part] if images is not None else self._pool_images(batch)
+                with self.active.embedder.lock:  # one forward at a time: two on shared cores only thrash
+                    found.update(zip(batch, embedder.embed(pixels), strict=True))
+        if not digests:
+            return torch.empty(0, 0)
+        return torch.stack([found[digest] for digest in digests])
+
+    def _forget_embeddings(self, before: ActiveModel | None, active: ActiveModel) -> None:
+        """Drops cached embeddings of versions that are neither active nor shown "before" it (under _switch_lock).
+
+        The other versions' rows would only wait in the LRU to be pushed out; the previous version's stay,
+        so its map (:meth:`embedding_maps`) costs no forward when it was active in this process.
+        """
+        if before is not None:  # its rows: under the version, and the engine's key (e.g. int8) if another
+            self._cached_keys.setdefault(before.version, set()).update({before.version, before.embedder.key})
+        keep = {active.version, self._previous_of(active)}
+        for version in [v for v in self._cached_keys if v not in keep]:
+            for key in self._cached_keys.pop(version):
+                self.cache.drop_version(key)
+
+    # ---------------------------------------------------------------- the labels as a graph
+
+    @contextmanager
+    def _labels(self) -> Iterator[LabelGraph]:
+        """The label graph, up to date with the store, held for the caller's questions (do not keep it).
+
+        The graph follows the store's event log: every change to a label (by this process or another:
+        a label, relabel, delete, undo, import or Hub replay) is an event with a larger ``seq``, written in
+        the same transaction as the change. Each use re-reads the pairs of the events it has not seen and
+        puts them into the graph as they stand now (an absent pair is removed), so the graph always
+        equals one rebuilt from ``store.all_pairs()``; a burst of events (an import) rebuilds it.
+        Labeling never waits for this lock: only readers of the graph take it.
+        """
+        with self._graph_lock:
+            graph = self._graph
+            limit = max(GRAPH_SYNC_EVENTS, len(graph) // 10) if graph is not None else 0
+            events = self.store.events(after_seq=self._graph_seq, limit=limit) if graph is not None else []
+            if graph is not None and len(events) < limit:
+                for pair_id in dict.fromkeys(event.pair_id for event in events):
+                    pair = self.store.get_pair(pair_id)
+                    if pair is None:
+                        graph.remove(pair_id)
+                    else:
+                        graph.add(pair)
+                if events:
+                    self._graph_seq = events[-1].seq
+            else:  # first use, or many changes at once
+                seq = self._last_event_seq()  # read before the pairs: later events are taken in next time
+                graph = self._graph = LabelGraph.from_pairs(self.store.all_pairs())
+                self._graph_seq = seq
+            yield graph
+
+    def _last_event_seq(self) -> int:
+        """The ``seq`` of the store's last event, by about 40 one-row look-ups of its primary key (PairStore
+        has no query for it, and reading a long history to find its end costs seconds)."""
+
+        def beyond(seq: int) -> bool:
+            return bool(self.store.events(after_seq=seq, limit=1))
+
+        low = self._graph_seq  # events exist after low (or none at all): find the first seq with none after it
+        if not beyond(low):
+            return low
+        step = 1
+        while beyond(low + step):
+            step *= 2
+        low, high = low + step // 2, low + step  # events after low, none after high
+        while high - low > 1:
+            middle = (low + high) // 2
+            low, high = (middle, high) if beyond(middle) else (low, middle)
+        return high
+
     def label_graph(self) -> LabelGraph:
-        return LabelGraph.from_pairs(self.store.all_pairs())
+        """The labels as a graph (a copy of the one kept up to date; see :meth:`_labels`)."""
+        with self._labels() as graph:
+            return graph.copy()
+
+    # ---------------------------------------------------------------- suggestions, search, contradictions
 
     def suggest_pair(self) -> tuple[Path, Path, dict]:
         """The unlabeled pool pair that would teach the model most, and why."""
-        digests, matrix = self._index().snapshot()
-        graph = self.label_graph()
-        suggestion = self.suggester.suggest(
-            digests, matrix, self.active.threshold, graph.labeled(), graph.usage(), self._looks.rows(digests)
-        )
+        index, threshold = self._index(), self.active.threshold
+        digests, matrix = index.snapshot()
+        reference = self._reference().rows(digests)
+        with self._labels() as graph:
+            suggestion = self.suggester.suggest(digests, matrix, threshold, graph.labeled(), graph.usage(), reference)
         if suggestion is None:
             raise ValueError("no unlabeled pair to suggest: add images to the pool (score, label or import some)")
         return self.image_path(suggestion.image_a), self.image_path(suggestion.image_b), suggestion.to_dict()
@@ -482,12 +773,16 @@ class ModelService:
         A contradiction's "different" pair is offered once per process; judging it again (either way)
         or skipping it moves on.
         """
-        for contradiction in self.label_graph().contradictions():
-            pair_id = contradiction.pair_ids[0]
+        while True:
+            with self._labels() as graph:
+                pair_id = next((p for p in graph.contradicting() if p not in self._reviewed), None)
+                if pair_id is None:
+                    break
+                self._reviewed.add(pair_id)
+                contradiction = graph.contradiction(pair_id)
             pair = self.store.get_pair(pair_id)
-            if pair is None or pair_id in self._reviewed:
+            if pair is None:  # deleted since
                 continue
-            self._reviewed.add(pair_id)
             images = self._pool_images([pair.image_a, pair.image_b])
             score = self._score(images[0], images[1], self.active)
             reason = f"review: {contradiction.explanation}"
@@ -501,16 +796,54 @@ class ModelService:
         query = self.decode(image)
         index = self._index()
         hits = index.search(self.active.embedder.embed([query])[0], int(k), exclude=[query.digest])
-        return describe(hits, self.label_graph().hint)
+        with self._labels() as graph:
+            return describe(hits, graph.hint)
 
     def contradictions(self) -> list[dict]:
         """Labels that contradict each other through the same-groups, for review."""
-        return [asdict(c) for c in self.label_graph().contradictions()]
+        with self._labels() as graph:
+            return [asdict(c) for c in graph.contradictions()]
 
-    def embedding_map(self) -> dict:
-        """A 2-D projection of the pool under the active model, coloured by same-groups."""
+    # ---------------------------------------------------------------- embedding maps
+
+    def previous_version(self) -> str | None:
+        """The version shown "before" the active one: the version it was trained from (its parent), else
+        the version active before it in this process; None when there is neither (only v0)."""
+        return self._previous_of(self.active)
+
+    def _previous_of(self, active: ActiveModel) -> str | None:
+        for candidate in (active.meta.get("parent"), self._previously_active):
+            if isinstance(candidate, str) and candidate != active.version:
+                try:
+                    self.registry.path(candidate)
+                except VersionError:  # removed by hand: try the next
+                    continue
+                return candidate
+        return None
+
+    def embedding_maps(self) -> list[EmbeddingMap]:
+        """2-D projections of the pool, coloured by same-groups: the previous model's, then the active one's.
+
+        The previous model (:meth:`previous_version`) embeds the same images as the active one's map (at
+        most ``COMPARE_MAP_POINTS``: every labeled image, then a seeded sample), loaded for this call only;
+        its map is turned onto the active one's axes (:func:`~siamese.embedmap.align`). With no previous
+        version, the list holds the active model's map alone (of up to ``MAP_POINTS`` images).
+        """
+        active = self.active
+        previous = self._previous_of(active)
         digests, matrix = self._index().snapshot()
-        return build_map(self.active.version, digests, matrix, self.label_graph(), max_points=5000).columns()
+        if not digests:
+            raise ValueError("the pool is empty: score, label or import some images first")
+        with self._labels() as graph:
+            groups = group_names(digests, graph)
+        if previous is None:
+            return [build_map(active.version, digests, matrix, groups=groups, max_points=MAP_POINTS)]
+        keep = sample_points(groups, COMPARE_MAP_POINTS)
+        shown, shown_groups = [digests[i] for i in keep], [groups[i] for i in keep]
+        current = build_map(active.version, shown, matrix[torch.as_tensor(keep)], groups=shown_groups)
+        with self._other_lock:  # one previous model in memory at a time; a second call finds the rows cached
+            before = self._embed_other(previous, shown)
+        return [align(build_map(previous, shown, before, groups=shown_groups), current), current]
 
 
 def utc_stamp() -> str:

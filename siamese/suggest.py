@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -130,17 +130,20 @@ class Suggester:
         pool: Sequence[str],
         embeddings: torch.Tensor,
         threshold: float,
-        labeled: set[frozenset[str]],
-        usage: Counter[str] | None = None,
+        labeled: Container[frozenset[str]],
+        usage: Mapping[str, int] | None = None,
         reference: torch.Tensor | None = None,
     ) -> Suggestion | None:
         """The next pair to label, or None when the pool has no unlabeled pair outside the reserve.
+
+        ``labeled`` and ``usage`` are only looked up, never copied or iterated, so they may be live views
+        of a large label graph (``LabelGraph.labeled()``, ``LabelGraph.usage()``).
 
         Args:
             pool: image digests; row i of ``embeddings`` (and ``reference``) belongs to ``pool[i]``.
             embeddings: (N, D) unit rows under the current model.
             threshold: the current model's decision threshold (cosine similarity).
-            labeled: the labeled pairs (unordered), never suggested again.
+            labeled: the labeled pairs (unordered), never suggested again (anything supporting ``in``).
             usage: how many labeled pairs each image is in (``LabelGraph.usage()``).
             reference: (N, D') unit rows of a model-independent view (:func:`thumbnail_vectors`, or the
                 initial model's embeddings); without it, no hard positives or negatives are suggested.
@@ -153,10 +156,8 @@ class Suggester:
             eligible = self._eligible(pool)
             if len(eligible) < 2:
                 return None
-            used = Counter(usage or {})
-            for pair in self._recent:
-                used.update(pair)
-            blocked = labeled | set(self._recent)
+            used = _Uses(usage or {}, Counter(d for pair in self._recent for d in pair))
+            blocked = _Blocked(labeled, set(self._recent))
             draw = self._rng.random()
             if draw < self.random_share:
                 kind = "random"
@@ -183,8 +184,8 @@ class Suggester:
         pool: Sequence[str],
         embeddings: torch.Tensor,
         threshold: float,
-        labeled: set[frozenset[str]],
-        usage: Counter[str] | None = None,
+        labeled: Iterable[frozenset[str]],
+        usage: Mapping[str, int] | None = None,
         reference: torch.Tensor | None = None,
     ) -> list[Suggestion]:
         """``count`` distinct suggestions at once (fewer when the pool runs out), spread over the pool."""
@@ -254,6 +255,26 @@ class Suggester:
                 similarity = float(embeddings[eligible[i]] @ embeddings[eligible[j]])
                 return Suggestion(a, b, similarity, "random: keeps the data unbiased", "random")
         return None  # 200 misses: nearly every pair is labeled (tiny pools); nothing left worth suggesting
+
+
+class _Uses:
+    """How often each image was used: in labeled pairs (``usage``) plus in recent suggestions."""
+
+    def __init__(self, usage: Mapping[str, int], recent: Counter[str]):
+        self.usage, self.recent = usage, recent
+
+    def get(self, digest: str, default: int = 0) -> int:
+        return self.usage.get(digest, default) + self.recent.get(digest, 0)
+
+
+class _Blocked:
+    """Pairs never suggested: the labeled ones and the recent suggestions."""
+
+    def __init__(self, labeled: Container[frozenset[str]], recent: set[frozenset[str]]):
+        self.labeled, self.recent = labeled, recent
+
+    def __contains__(self, pair: frozenset[str]) -> bool:
+        return pair in self.recent or pair in self.labeled
 
 
 def _as_array(rows) -> np.ndarray:

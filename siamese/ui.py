@@ -18,6 +18,7 @@ import pandas as pd
 from PIL import Image, ImageDraw, ImageOps
 from starlette.middleware import Middleware
 
+from .embedmap import render
 from .images import MAX_BYTES, load_image
 from .loginguard import LoginPageGuard
 from .train import MODES, TrainConfig
@@ -146,12 +147,16 @@ def _status_markdown(service) -> str:
         info = service.model_info()
     except RuntimeError as error:  # still loading, or failed to load
         return f"_{_message(error)}_"
+    runtime = info.get("runtime") or {}
+    engine = {"onnx": "ONNX Runtime", "torch": "PyTorch"}.get(runtime.get("runtime"), "")
     line = (
         f"**Model {info['model_version']}** · {info['backbone']} · threshold {float(info['threshold']):.3f} · "
-        f"{info['device']}"
+        f"{info['device']}" + (f" · {engine} {runtime.get('precision', '')}" if engine else "")
     )
     notice = info.get("notice") or ("" if info.get("pretrained") else "The backbone is not pretrained.")
-    return line + (f"  \n⚠️ {html.escape(notice, quote=False)}" if notice else "")
+    line += f"  \n⚠️ {html.escape(notice, quote=False)}" if notice else ""
+    note = runtime.get("note")
+    return line + (f"  \nℹ️ {html.escape(note, quote=False)}" if note else "")
 
 
 def _progress_html(status: dict) -> str:
@@ -249,6 +254,28 @@ def _models_frame(models: list[dict]) -> pd.DataFrame:
         )
     return pd.DataFrame(
         rows, columns=["", "version", "created", "backbone", "parent", "AUC", "accuracy", "threshold", "train pairs"]
+    )
+
+
+def _map_titles(maps: list) -> list[str]:
+    """Panel titles such as "v1 (before)" and "v2 (active)": the service lists the previous model's map first."""
+    return [f"{m.version} ({'active' if i == len(maps) - 1 else 'before'})" for i, m in enumerate(maps)]
+
+
+def _map_note(maps: list) -> str:
+    active = maps[-1]
+    if len(maps) == 1:
+        return (
+            f"Only **{active.version}** so far: there is no previous model to compare with. After training, "
+            "the map of the model it was trained from appears beside it. Each point is a pool image (PCA "
+            "of its embedding); labeled images are coloured by their same-group."
+        )
+    before = maps[0]
+    return (
+        f"The same {len(active.digests):,} pool images under **{before.version}** (before, left) and "
+        f"**{active.version}** (active, right); each point is an image (PCA of its embedding), labeled images "
+        f"coloured by their same-group. {before.version}'s map is rotated, reflected and scaled onto "
+        f"{active.version}'s (orthogonal Procrustes), so what moved is what the model learned."
     )
 
 
@@ -583,15 +610,19 @@ def _models_tab(service):
         activate = gr.Button("Activate (roll back / forward)", variant="primary", scale=1, elem_id="models-activate")
         download = gr.DownloadButton("Download checkpoint (.safetensors)", scale=1, elem_id="models-download")
     done = gr.Markdown()
-    with gr.Accordion("Embedding map of the pool (active model; colour = same-group)", open=False):
-        show_map = gr.Button("Draw the map")
-        embedding_map = gr.ScatterPlot(x="x", y="y", color="group", height=420, elem_id="models-map")
+    with gr.Accordion("Embedding maps of the pool: the previous model beside the active one", open=False):
+        show_map = gr.Button("Draw the maps", elem_id="models-map-draw")
+        map_note = gr.Markdown(elem_id="models-map-note")
+        embedding_map = gr.Image(  # no label: it would cover the left panel's title
+            label="Embedding maps", show_label=False, type="pil", interactive=False, elem_id="models-map"
+        )
 
     @_guard
     def draw_map():
-        return pd.DataFrame(service.embedding_map())
+        maps = service.embedding_maps()
+        return _map_note(maps), render(maps, titles=_map_titles(maps))
 
-    show_map.click(draw_map, None, embedding_map, **PRIVATE)
+    show_map.click(draw_map, None, [map_note, embedding_map], **PRIVATE)
 
     def view(chosen=None):
         models = service.models()

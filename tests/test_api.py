@@ -105,6 +105,17 @@ def test_model_info_describes_the_active_model(client):
     assert info["device"] == "cpu"
 
 
+def test_the_real_server_moves_scoring_to_onnx_runtime(client, shapes):
+    deadline = time.monotonic() + 120  # the export runs in the background after start
+    while (runtime := client.predict(api_name="/model_info")["runtime"])["runtime"] != "onnx":
+        assert time.monotonic() < deadline, runtime
+        assert not runtime["note"], runtime  # PyTorch serves meanwhile without a note; a note means it failed
+        time.sleep(0.5)
+    assert runtime["precision"] == "fp32"
+    result = client.predict(handle_file(shapes["circle"][0]), handle_file(shapes["circle"][1]), api_name="/score")
+    assert -1.0 <= result["similarity"] <= 1.0
+
+
 def test_score_two_images(client, shapes):
     result = client.predict(handle_file(shapes["circle"][0]), handle_file(shapes["square"][0]), api_name="/score")
     assert set(result) >= {"similarity", "distance", "same", "threshold", "model_version"}

@@ -203,6 +203,18 @@ def test_export_downloads_a_zip(page, tmp_path, shots):
     assert any(name.startswith("images/") for name in names)
 
 
+def test_models_tab_draws_the_previous_map_beside_the_active_one(page, shots):
+    open_tab(page, "Models")
+    page.get_by_text("Embedding maps of the pool").click()  # the accordion
+    page.locator("#models-map-draw").click()
+    note = page.locator("#models-map-note")
+    note.get_by_text(re.compile(r"v0 \(before, left\) and v1 \(active, right\)")).wait_for()
+    picture = page.locator("#models-map img")
+    expect(picture).to_be_visible()
+    assert picture.evaluate("img => img.naturalWidth / img.naturalHeight") > 1.5  # two panels side by side
+    page.screenshot(path=shots / "6-models-maps.png", full_page=True)
+
+
 def test_models_tab_lists_versions_and_rolls_back(page, shots):
     open_tab(page, "Models")
     table = page.locator("#models-table")

@@ -5,8 +5,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
-from siamese.embedmap import NO_GROUP, UNLABELED, EmbeddingMap, align, build_map, pca, procrustes, render
+from siamese.embedmap import (
+    NO_GROUP,
+    UNLABELED,
+    EmbeddingMap,
+    align,
+    build_map,
+    pca,
+    procrustes,
+    render,
+    sample_points,
+)
 from siamese.labelgraph import LabelGraph
 from siamese.train import LabeledPair
 
@@ -103,10 +114,56 @@ def test_render_draws_each_map_side_by_side():
     graph = LabelGraph.from_pairs([LabeledPair("p", names[0], names[1], True)])
     first = build_map("v1", names, embeddings(30, 8, seed=4), graph)
     second = build_map("v2", names, embeddings(30, 8, seed=5), graph)
-    picture = render([align(first, second), second], size=200)
-    assert picture.size == (400, 222)
+    picture = render([align(first, second), second], size=200, titles=["v1 (before)", "v2 (active)"])
+    assert picture.size == (400, 242)  # two 200-pixel panels, a title line above, a colour key below
     pixels = np.asarray(picture).reshape(-1, 3)
     assert (pixels == (31, 119, 180)).all(axis=1).any()  # group 1's colour is drawn
     assert (pixels == (200, 200, 200)).all(axis=1).any()  # and the unlabeled grey
+    assert render(second, size=200).size == (200, 242)
     with pytest.raises(ValueError, match="at least one map"):
         render([])
+    with pytest.raises(ValueError, match="one title per map"):
+        render([first, second], titles=["only one"])
+
+
+def _drawn_extent(picture: Image.Image, left: int, size: int = 200, title: int = 22) -> tuple[int, int]:
+    """Columns of the first and last non-white, non-frame pixel inside one panel's plot area."""
+    area = np.asarray(picture)[title + 2 : title + size - 4, left + 4 : left + size - 4]
+    ink = np.flatnonzero(((area != 255).any(axis=2) & (area != 220).any(axis=2)).any(axis=0))
+    return int(ink.min()), int(ink.max())
+
+
+def test_render_puts_every_panel_on_one_scale():
+    names = [f"{i:064x}" for i in range(20)]
+    points = embeddings(20, 2, seed=6) * 3
+    wide = EmbeddingMap("v2", tuple(names), points, (UNLABELED,) * 20, (0.5, 0.5))
+    narrow = EmbeddingMap("v1", tuple(names), points / 2 - points.mean(axis=0) / 2, wide.groups, (0.5, 0.5))
+    picture = render([narrow, wide], size=200)
+    low, high = _drawn_extent(picture, 200)
+    narrow_low, narrow_high = _drawn_extent(picture, 0)
+    # the half-size map covers about half the width the full one does (each alone would fill its panel)
+    assert 0.4 < (narrow_high - narrow_low) / (high - low) < 0.6
+    alone_low, alone_high = _drawn_extent(render(narrow, size=200), 0)
+    assert (alone_high - alone_low) > 0.9 * (high - low)
+
+
+def test_sample_points_keeps_labeled_images_first():
+    groups = [UNLABELED] * 50 + ["group 1"] * 5 + [NO_GROUP] * 3
+    keep = sample_points(groups, 20, seed=1)
+    assert len(keep) == 20 and list(keep) == sorted(keep)
+    assert set(range(50, 58)) <= set(keep.tolist())  # every labeled image
+    np.testing.assert_array_equal(keep, sample_points(groups, 20, seed=1))  # seeded
+    assert sample_points(groups, None).tolist() == list(range(58))
+    crowded = sample_points(["group 1"] * 30 + [UNLABELED] * 10, 12)
+    assert len(crowded) == 12 and max(crowded) < 30  # more labeled images than room: a sample of them
+
+
+def test_the_colour_key_wraps_to_fit_one_panel():
+    names = [f"{i:064x}" for i in range(40)]
+    pairs = [LabeledPair(f"p{i}", names[2 * i], names[2 * i + 1], True) for i in range(12)]  # 12 groups of two
+    emb_map = build_map("v1", names, embeddings(40, 8, seed=7), LabelGraph.from_pairs(pairs))
+    picture = render(emb_map, size=200)
+    assert picture.width == 200 and picture.height > 242  # the key took more than one line
+    key = np.asarray(picture)[222:].reshape(-1, 3)
+    for colour in [(23, 190, 207), (127, 127, 127), (200, 200, 200)]:  # group 9, the smaller groups, unlabeled
+        assert (key == colour).all(axis=1).any()

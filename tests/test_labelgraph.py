@@ -145,3 +145,89 @@ def test_store_pairs_with_label_strings():
     assert g.labeled() == {frozenset("AB"), frozenset("BC")}
     with pytest.raises(ValueError, match="label 'maybe'"):
         LabelGraph.from_pairs([StorePair("p3", "A", "B", "maybe")])
+
+
+# -- changes: a graph changed label by label equals one built from its labels at once
+
+
+def state(g: LabelGraph) -> dict:
+    """Every answer the graph gives, for comparing two graphs."""
+    images = g.images()
+    return {
+        "edges": {e.pair_id: e for e in g.edges},
+        "images": images,
+        "groups": g.groups(min_size=1),
+        "group_of": {i: g.group_of(i) for i in images},
+        "usage": dict(g.usage()),
+        "labeled": set(g.labeled()),
+        "contradictions": g.contradictions(),
+        "hints": {i: g.hint(i) for i in images},
+        "implied": g.implied(max_count=10**6),
+    }
+
+
+def _brute_force_groups_and_contradictions(edges):
+    """Connected components of the "same" labels by repeated merging, and the "different" labels inside one."""
+    groups = [{i} for i in sorted({i for e in edges for i in (e.image_a, e.image_b)})]
+    changed = True
+    while changed:
+        changed = False
+        for e in edges:
+            ga = next(g for g in groups if e.image_a in g)
+            gb = next(g for g in groups if e.image_b in g)
+            if e.same and ga is not gb:
+                ga |= gb
+                groups = [g for g in groups if g is not gb]
+                changed = True
+    inside = {e.pair_id for e in edges if not e.same and any({e.image_a, e.image_b} <= g for g in groups)}
+    return sorted(sorted(g) for g in groups), inside
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_adds_replacements_and_removals_match_a_rebuild(seed):
+    rng = random.Random(seed)
+    images = [f"img{i:02d}" for i in range(14)]
+    g = LabelGraph()
+    current: dict[str, LabeledPair] = {}
+    for step in range(400):
+        if current and rng.random() < 0.35:
+            pair_id = rng.choice(sorted(current))
+            assert g.remove(pair_id) is True
+            del current[pair_id]
+        else:
+            a, b = sorted(rng.sample(images, 2))
+            pair_id = f"{a}:{b}"  # one id per unordered pair, as in the store: adding again relabels
+            current[pair_id] = LabeledPair(pair_id, a, b, rng.random() < 0.55)
+            g.add(current[pair_id])
+        shuffled = list(current.values())
+        rng.shuffle(shuffled)
+        assert state(g) == state(LabelGraph.from_pairs(shuffled)), f"step {step}"
+        groups, inside = _brute_force_groups_and_contradictions(list(current.values()))
+        assert sorted(g.groups(min_size=1)) == groups
+        assert set(g.contradicting()) == inside
+    assert g.remove("never-added") is False
+
+
+def test_removing_a_same_label_splits_its_group_and_ends_the_contradiction():
+    g = graph("A=B", "B=C", "C=D", "A!D", "D!X")
+    assert g.contradicting() == ["A!D"] and g.groups() == [["A", "B", "C", "D"]]
+    g.remove("B=C")
+    assert g.groups() == [["A", "B"], ["C", "D"]]
+    assert g.group_of("D") == "C" and g.group_of("B") == "A"
+    assert g.contradicting() == [] and g.contradictions() == []
+    g.add(LabeledPair("B=C", "B", "C", True))  # back: the contradiction returns
+    assert g.contradicting() == ["A!D"]
+    g.add(LabeledPair("B=C", "B", "C", False))  # relabeled "different": the group splits again
+    assert g.groups() == [["A", "B"], ["C", "D"]] and g.contradicting() == []
+    g.remove("D!X")
+    assert "X" not in g.images() and g.group_of("X") is None and g.hint("X") is None
+
+
+def test_views_follow_the_graph_and_copies_do_not():
+    g = graph("A=B")
+    usage, labeled, copy = g.usage(), g.labeled(), g.copy()
+    g.add(LabeledPair("B!C", "B", "C", False))
+    assert usage == {"A": 1, "B": 2, "C": 1} and frozenset("BC") in labeled
+    assert copy.usage() == {"A": 1, "B": 1} and frozenset("BC") not in copy.labeled()
+    with pytest.raises(TypeError):
+        usage["A"] = 5  # read-only

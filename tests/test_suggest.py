@@ -177,3 +177,34 @@ def test_thumbnails_ignore_brightness_and_tell_shapes_apart():
     assert float(v[0] @ v[1]) > 0.99  # same shape, dimmer and brighter background
     assert float(v[0] @ v[2]) < -0.9  # mirrored halves
     assert thumbnail_vectors([]).shape == (0, 192)
+
+
+class LookupOnly:
+    """A container and mapping that can only be looked up: iterating or copying it fails the test."""
+
+    def __init__(self, items):
+        self._items = dict(items)
+
+    def __contains__(self, key) -> bool:
+        return key in self._items
+
+    def get(self, key, default=None):
+        return self._items.get(key, default)
+
+    def __iter__(self):
+        raise AssertionError("the suggester iterated (or copied) what it should only look up")
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+def test_labeled_pairs_and_usage_are_only_looked_up():
+    """So a live view of a 100,000-label graph costs nothing per suggestion."""
+    pool, emb = _hub_pool()
+    labeled = LookupOnly({frozenset((pool[0], p)): 1 for p in pool[1:]})  # every pair with the hub is labeled
+    usage = LookupOnly({pool[0]: 49, **{p: 1 for p in pool[1:]}})
+    suggester = Suggester(seed=0, random_share=0.5, anchors=50, candidates=50)
+    chosen = [suggester.suggest(pool, emb, 0.5, labeled, usage, unit_rows(50, 8, seed=9)) for _ in range(20)]
+    assert all(s is not None and pool[0] not in (s.image_a, s.image_b) for s in chosen)
+    kinds = {s.kind for s in chosen}
+    assert "random" in kinds and kinds - {"random"}  # both the random and the model's paths looked up only

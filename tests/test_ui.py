@@ -8,16 +8,20 @@ from __future__ import annotations
 from pathlib import Path
 
 import gradio as gr
+import numpy as np
 import pytest
 from PIL import Image
 
 from siamese.config import Settings, parse_auth
+from siamese.embedmap import UNLABELED, EmbeddingMap
 from siamese.images import MAX_BYTES, ImageError
 from siamese.ui import (
     API_NAMES,
     _comparison_frame,
     _histogram_frame,
     _history_frame,
+    _map_titles,
+    _status_markdown,
     _upload,
     build_ui,
     example_pairs,
@@ -93,6 +97,15 @@ class TinyService:
 
     def checkpoint_file(self, version):
         return self.data_dir / f"{version}.safetensors"
+
+    versions = ("v0",)  # the maps the Models tab draws: one per version, the active one last
+
+    def embedding_maps(self):
+        self._record("embedding_maps")
+        names = tuple(f"{i:064x}" for i in range(6))
+        points = np.arange(12, dtype=float).reshape(6, 2)
+        groups = ("group 1", "group 1", UNLABELED, UNLABELED, UNLABELED, UNLABELED)
+        return [EmbeddingMap(v, names, points * (i + 1), groups, (0.6, 0.3)) for i, v in enumerate(self.versions)]
 
     loading = False
 
@@ -283,3 +296,32 @@ def test_the_header_says_so_while_the_model_loads(demo, service):
 def test_gradio_upload_cache_is_cleaned(demo):
     """Gradio's temporary copies of uploads are deleted hourly (the store keeps its own copy)."""
     assert demo.delete_cache == (3600, 3600)
+
+
+def test_the_models_tab_draws_the_previous_map_beside_the_active_one(demo, service):
+    (draw,) = [fn for fn in demo.fns.values() if fn.name == "draw_map"]
+    assert draw.api_visibility == "private"
+    note, picture = draw.fn()
+    assert "Only **v0** so far" in note and "no previous model" in note
+    assert picture.size == (480, 480 + 42)  # one panel
+    service.versions = ("v1", "v2")
+    note, picture = draw.fn()
+    assert picture.size == (2 * 480, 480 + 42)  # two panels side by side
+    assert "**v1** (before, left)" in note and "**v2** (active, right)" in note and "same 6 pool images" in note
+    assert service.calls[-1] == ("embedding_maps",)
+    assert _map_titles(service.embedding_maps()) == ["v1 (before)", "v2 (active)"]
+    service.embedding_maps = lambda: (_ for _ in ()).throw(ValueError("the pool is empty: score some images"))
+    with pytest.raises(gr.Error, match="the pool is empty"):
+        draw.fn()
+
+
+def test_status_line_names_the_scoring_engine_and_why(service):
+    assert "ONNX Runtime" not in _status_markdown(service) and "ℹ️" not in _status_markdown(service)
+    note = "validation AUC over 40 pairs: fp32 0.9100, int8 0.9000 (drop +0.0100, beyond the 0.005 allowed)"
+    service.model_info = lambda: {
+        **TinyService.model_info(service),
+        "runtime": {"runtime": "onnx", "precision": "fp32", "note": note},
+    }
+    text = _status_markdown(service)
+    assert "· ONNX Runtime fp32" in text
+    assert f"ℹ️ {note}" in text
