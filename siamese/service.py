@@ -725,29 +725,10 @@ class ModelService:
                 if events:
                     self._graph_seq = events[-1].seq
             else:  # first use, or many changes at once
-                seq = self._last_event_seq()  # read before the pairs: later events are taken in next time
+                seq = self.store.last_event_seq()  # read before the pairs: later events are taken in next time
                 graph = self._graph = LabelGraph.from_pairs(self.store.all_pairs())
                 self._graph_seq = seq
             yield graph
-
-    def _last_event_seq(self) -> int:
-        """The ``seq`` of the store's last event, by about 40 one-row look-ups of its primary key (PairStore
-        has no query for it, and reading a long history to find its end costs seconds)."""
-
-        def beyond(seq: int) -> bool:
-            return bool(self.store.events(after_seq=seq, limit=1))
-
-        low = self._graph_seq  # events exist after low (or none at all): find the first seq with none after it
-        if not beyond(low):
-            return low
-        step = 1
-        while beyond(low + step):
-            step *= 2
-        low, high = low + step // 2, low + step  # events after low, none after high
-        while high - low > 1:
-            middle = (low + high) // 2
-            low, high = (middle, high) if beyond(middle) else (low, middle)
-        return high
 
     def label_graph(self) -> LabelGraph:
         """The labels as a graph (a copy of the one kept up to date; see :meth:`_labels`)."""

@@ -724,6 +724,11 @@ class PairStore:
         )
         return [_event(row) for row in rows]
 
+    def last_event_seq(self) -> int:
+        """The ``seq`` of the newest event (0 when there is none): one look-up of the primary key's end."""
+        row = self._conn().execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()
+        return int(row[0])
+
     def apply_event(self, event: LabelEvent, *, origin: str = "hub") -> bool:
         """Replays one portable event (see :meth:`LabelEvent.to_dict`); False if it was already applied.
 

@@ -290,8 +290,8 @@ def test_label_graph_equals_a_rebuild_after_any_changes(service, items, monkeypa
     join_warm_ups()
     assert service._graph is not None  # the warm-up built it: the first suggestion does not wait for it
     rebuilds = []
-    last_seq = service._last_event_seq
-    monkeypatch.setattr(service, "_last_event_seq", lambda: rebuilds.append(1) or last_seq())
+    last_seq = service.store.last_event_seq
+    monkeypatch.setattr(service.store, "last_event_seq", lambda: rebuilds.append(1) or last_seq())
     digests = [service.add_image(data) for _, data in items[::4][:14]]
     side = PairStore(tmp_path / "side")  # import zips are exported from here
     for _, data in items[::4][:14]:

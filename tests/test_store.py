@@ -453,3 +453,12 @@ def test_sigkill_mid_burst_keeps_every_returned_label(tmp_path: Path):
     assert set(returned) <= stored
     assert reopened.counts().total == len(stored) >= len(returned)
     assert not [p for p in reopened.images_dir.rglob(".tmp-*")]
+
+
+def test_last_event_seq_is_the_newest_events_seq(store: PairStore, images: list[str]):
+    assert store.last_event_seq() == 0
+    pair_id = store.add_pair(images[0], images[1], "same").pair_id
+    store.relabel(pair_id, "different", "carol")
+    store.delete_pair(pair_id)
+    assert store.last_event_seq() == store.events()[-1].seq == max(e.seq for e in store.events())
+    assert len(store.events()) == 3
