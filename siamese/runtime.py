@@ -7,15 +7,20 @@ the embeddings, so an int8 engine is only used after :func:`verify_int8` has sho
 validation AUC within :data:`MAX_AUC_DROP` of fp32 on the user's own labeled pairs.
 
 The ONNX files are derived data, written once per checkpoint (keyed by the weights' SHA-256) under
-``data_dir/runtime`` and rebuilt whenever they are missing or unreadable.
+``data_dir/runtime`` and rebuilt whenever they are missing or unreadable. The app builds them in a child
+process (``python -m siamese.runtime export|quantize``): the exporter and the quantizer need several
+hundred MB at their peak, which would otherwise stay in the serving process's footprint for good.
 """
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import hashlib
 import logging
 import os
+import subprocess
+import sys
 import tempfile
 import threading
 import warnings
@@ -207,6 +212,7 @@ def onnx_engine(path: Path, precision: str, threads: int | None = None, note: st
     options.inter_op_num_threads = 1
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.log_severity_level = 3
+    options.enable_cpu_mem_arena = False  # the arena keeps its high-water mark resident for good
     # Idle workers sleep instead of spinning: a spinning pool starves a training job (and neighbours on a
     # shared CPU); measured here with one core busy, a pair's forward took 128 ms without spinning, 172 with.
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
@@ -234,12 +240,32 @@ def _cached(path: Path, build: Callable[[Path], Path]) -> Path:
     return build(path)
 
 
-def fp32_onnx(model: ContrastiveSiameseNetwork, cache_dir: Path, key: str) -> Path:
-    return _cached(cache_dir / f"{key}.fp32.onnx", lambda p: export_onnx(model, p))
+def _child(*args: str, timeout: float = 900) -> None:
+    """Runs ``python -m siamese.runtime ARGS``; RuntimeUnavailable with its last words if it fails."""
+    done = subprocess.run(
+        [sys.executable, "-m", "siamese.runtime", *args], capture_output=True, text=True, timeout=timeout
+    )
+    if done.returncode != 0:
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        raise RuntimeUnavailable(f"{args[0]} exited with {done.returncode}: {lines[-1] if lines else 'no output'}")
+
+
+def fp32_onnx(checkpoint_dir: Path, cache_dir: Path, key: str) -> Path:
+    """The fp32 ONNX file of a saved checkpoint, exported in a child process when not cached."""
+    return _cached(cache_dir / f"{key}.fp32.onnx", lambda p: _child("export", str(checkpoint_dir), str(p)) or p)
 
 
 def int8_onnx(fp32_path: Path, cache_dir: Path, key: str, calibration: torch.Tensor) -> Path:
-    return _cached(cache_dir / f"{key}.int8.onnx", lambda p: quantize_int8(fp32_path, p, calibration))
+    """The int8 ONNX file, quantized in a child process (calibration images passed as a .npy) when not cached."""
+
+    def build(path: Path) -> Path:
+        with tempfile.TemporaryDirectory() as tmp:
+            images = Path(tmp) / "calibration.npy"
+            np.save(images, calibration.contiguous().numpy(), allow_pickle=False)
+            _child("quantize", str(fp32_path), str(images), str(path))
+        return path
+
+    return _cached(cache_dir / f"{key}.int8.onnx", build)
 
 
 @dataclass(frozen=True)
@@ -304,3 +330,31 @@ def verify_int8(
         f"(drop {drop:+.4f}, {verdict} the {max_drop} allowed)"
     )
     return Verification(passed, len(pairs), auc_fp32, auc_int8, reason)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``export CHECKPOINT_DIR OUT.onnx`` or ``quantize FP32.onnx CALIBRATION.npy OUT.onnx`` (the app's children)."""
+    from .checkpoint import load_checkpoint
+
+    parser = argparse.ArgumentParser(prog="python -m siamese.runtime", description=main.__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    export = commands.add_parser("export", help="a checkpoint's model.embed to ONNX (fp32)")
+    export.add_argument("checkpoint", type=Path)
+    export.add_argument("out", type=Path)
+    quantize = commands.add_parser("quantize", help="fp32 ONNX to static int8, calibrated on images")
+    quantize.add_argument("onnx", type=Path)
+    quantize.add_argument("calibration", type=Path, help="(N, 3, H, W) float32 preprocessed images, .npy")
+    quantize.add_argument("out", type=Path)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    if args.command == "export":
+        model, _ = load_checkpoint(args.checkpoint)
+        export_onnx(model.eval(), args.out)
+    else:
+        images = torch.from_numpy(np.load(args.calibration, allow_pickle=False))
+        quantize_int8(args.onnx, args.out, images)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -8,7 +8,6 @@ and assigns it, so no request ever sees a half-trained model or a threshold from
 from __future__ import annotations
 
 import atexit
-import copy
 import hashlib
 import logging
 import math
@@ -269,12 +268,12 @@ class ModelService:
                 return
             cache_dir = self.data_dir / "runtime"
             key = f"{active.version}-{weights_digest(self.checkpoint_file(active.version))}"
-            model = copy.deepcopy(active.model).to(memory_format=torch.contiguous_format)  # the served one untouched
-            fp32 = onnx_engine(fp32_onnx(model, cache_dir, key), "fp32")
-            size = model.preprocessing.crop_size
+            fp32 = onnx_engine(fp32_onnx(self.registry.path(active.version), cache_dir, key), "fp32")
+            size = active.model.preprocessing.crop_size
             probe = torch.rand(2, 3, size, size)
             with torch.inference_mode():
-                gap = float((fp32.run(probe) - model.embed(probe)).abs().max())
+                expected = active.model.embed(probe.contiguous(memory_format=torch.channels_last))
+            gap = float((fp32.run(probe) - expected).abs().max())
             if not gap < 1e-3:
                 raise RuntimeError(f"the ONNX graph disagrees with PyTorch by {gap:.2g}")
             engine = fp32

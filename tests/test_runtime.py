@@ -12,6 +12,7 @@ import pytest
 import torch
 from sklearn.metrics import roc_auc_score
 
+from siamese.checkpoint import model_metadata, save_checkpoint
 from siamese.config import ModelConfig, Settings
 from siamese.embedder import Embedder
 from siamese.images import decode_bytes, load_image
@@ -19,7 +20,9 @@ from siamese.metrics import roc_auc
 from siamese.model import build_model
 from siamese.runtime import (
     MIN_VERIFY_PAIRS,
+    RuntimeUnavailable,
     export_onnx,
+    fp32_onnx,
     onnx_engine,
     quantize_int8,
     torch_engine,
@@ -255,3 +258,15 @@ def test_exit_while_background_work_runs_is_clean(tmp_path):
         )
         assert done.returncode == 0, done.stderr[-2000:]
         assert done.stdout.startswith("exiting") and int(done.stdout.split()[1]) >= 1  # work was still running
+
+
+def test_export_runs_in_a_child_process_and_reports_its_failure(model, tmp_path):
+    checkpoint = save_checkpoint(model, tmp_path / "v0", model_metadata(model, threshold=0.5, metrics={}, parent=None))
+    path = fp32_onnx(checkpoint, tmp_path / "runtime", "v0-abc")
+    assert path == tmp_path / "runtime" / "v0-abc.fp32.onnx"
+    images = torch.rand(3, 3, 32, 32)
+    with torch.inference_mode():
+        assert torch.allclose(onnx_engine(path, "fp32").run(images), model.embed(images), atol=1e-5)
+    assert fp32_onnx(tmp_path / "nowhere", tmp_path / "runtime", "v0-abc") == path  # cached: no export at all
+    with pytest.raises(RuntimeUnavailable, match="export exited with 1"):
+        fp32_onnx(tmp_path / "nowhere", tmp_path / "runtime", "v9-def")
