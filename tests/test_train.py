@@ -171,6 +171,26 @@ def test_head_mode_freezes_backbone_and_trains_head(digits, data):
     assert not _same_state(_state(result.model.head), _state(base.head))
 
 
+@pytest.mark.parametrize("mode, during", [("head", 1), ("full", 2)])
+def test_head_mode_steps_on_one_thread_and_restores_the_count(digits, data, mode, during):
+    train, val = data
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    seen: set[int] = set()
+
+    def on_progress(info: dict) -> None:
+        if "loss" in info and "metrics" not in info:  # a training step
+            seen.add(torch.get_num_threads())
+
+    try:
+        config = replace(FAST, mode=mode, epochs=1)
+        train_model(tiny_model(pretrained=True), train, val, digits.load_image, config, on_progress=on_progress)
+        assert seen == {during}
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_full_mode_trains_backbone(digits, data):
     train, val = data
     base = tiny_model()
