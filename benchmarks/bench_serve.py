@@ -422,6 +422,7 @@ def bench_http(repeats: int, work: Path, in_process_ms: float | None = None) -> 
     env = {"SIAMESE_BACKBONE": "resnet18", "SIAMESE_PRETRAINED": "0"}
     with run_app(data_dir, env=env, timeout=180) as app:
         client = Client(app.url, verbose=False)
+
         def wait_engine(timeout: float = 180) -> dict:
             """Until the active version is served by ONNX Runtime (exported in the background)."""
             deadline = time.monotonic() + timeout
