@@ -1,0 +1,65 @@
+"""benchmarks/bench_active.py: the verdict's interpolation, the plot, the schedule, and a tiny run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from PIL import Image
+
+from benchmarks.bench_active import crossing, draw_plot, main, round_config
+from siamese.train import LabeledPair, TrainConfig
+
+
+def test_crossing_interpolates_between_schedule_points():
+    curve = [(50, 0.6), (100, 0.8), (200, 0.9), (300, 0.95)]
+    at, how = crossing(curve, 0.85)
+    assert at == pytest.approx(150.0)
+    assert "between 100 and 200" in how
+
+
+def test_crossing_at_a_point_the_first_one_and_never():
+    curve = [(50, 0.6), (100, 0.8), (200, 0.9)]
+    assert crossing(curve, 0.8)[0] == 100.0
+    assert crossing(curve, 0.5) == (50.0, "at the schedule point 50")
+    assert crossing(curve, 0.95) == (None, "never")
+
+
+def test_crossing_needs_the_first_reaching_point_not_a_later_dip():
+    at, _ = crossing([(50, 0.9), (100, 0.7), (200, 0.95)], 0.85)
+    assert at == 50.0
+
+
+def test_round_config_gives_small_rounds_enough_steps():
+    pairs = [LabeledPair(str(i), f"a{i}", f"b{i}", i % 2 == 0) for i in range(64)]  # no implied pairs
+    config = TrainConfig(epochs=20, implied_ratio=1.0)
+    assert round_config(pairs, config, min_steps=200).epochs == 200  # one step per epoch
+    assert round_config(pairs, config, min_steps=10).epochs == 20  # never fewer than the configured epochs
+
+
+def test_draw_plot_writes_an_image(tmp_path):
+    curves = {
+        "suggested": [(50, 0.7, 0.65, 0.75), (100, 0.85, 0.8, 0.9)],
+        "random": [(50, 0.6, 0.55, 0.62), (100, 0.8, 0.78, 0.83)],
+    }
+    path = tmp_path / "sub" / "active.png"
+    draw_plot(curves, 0.8, path, "title")
+    with Image.open(path) as image:
+        assert image.size == (760, 460)
+        assert image.mode == "RGB"
+
+
+@pytest.mark.slow
+def test_a_tiny_run_prints_the_table_and_the_verdict(tmp_path, capsys):
+    out = tmp_path / "active.png"
+    args = ["--quick", "--schedule", "40,80", "--pool", "200", "--test-pairs", "60", "--steps", "2", "--epochs", "1"]
+    assert main([*args, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "| labeled pairs | suggested | random |" in printed
+    assert any(line.startswith(("suggestions reach", "goal missed")) for line in printed.splitlines())
+    assert out.exists()
+    saved = json.loads(out.with_suffix(".json").read_text())
+    suggested = saved["seeds"][0]["suggested"]
+    assert len(suggested["pairs"]) == 80
+    assert {row[3] for row in suggested["pairs"]} <= {"uncertain", "hard_positive", "hard_negative", "random"}
+    assert all(-1.0 <= row[4] <= 1.0 for row in suggested["pairs"])  # the similarity when it was suggested
