@@ -18,7 +18,6 @@ import argparse
 import atexit
 import hashlib
 import logging
-import os
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,7 @@ import torch
 
 from .metrics import roc_auc
 from .model import ContrastiveSiameseNetwork
+from .store import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -126,20 +126,6 @@ class _Embed(torch.nn.Module):
         return self.model.embed(images)
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def export_onnx(model: ContrastiveSiameseNetwork, path: Path) -> Path:
     """Writes ``model.embed`` as an ONNX graph with a dynamic batch dimension (input ``images``)."""
     size = model.preprocessing.crop_size
@@ -163,7 +149,7 @@ def export_onnx(model: ContrastiveSiameseNetwork, path: Path) -> Path:
         raise RuntimeUnavailable("torch.onnx.export returned no program")
     with tempfile.TemporaryDirectory() as tmp:
         program.save(str(Path(tmp) / "model.onnx"))
-        _atomic_write(path, (Path(tmp) / "model.onnx").read_bytes())
+        write_atomically(path, (Path(tmp) / "model.onnx").read_bytes())
     return path
 
 
@@ -199,7 +185,7 @@ def quantize_int8(fp32_path: Path, path: Path, calibration: torch.Tensor, batch_
             activation_type=QuantType.QUInt8,
             weight_type=QuantType.QInt8,
         )
-        _atomic_write(path, quantized.read_bytes())
+        write_atomically(path, quantized.read_bytes())
     return path
 
 
