@@ -49,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.digits import Digits, load_digits_images, sample_pairs, split_indices
 from siamese.config import ModelConfig
+from siamese.labelgraph import LabelGraph
 from siamese.model import ContrastiveSiameseNetwork, build_model
 from siamese.suggest import Suggester, thumbnail_vectors
 from siamese.train import LabeledPair, TooFewLabels, TrainConfig, evaluate_model, implied_pairs, train_model
@@ -117,18 +118,22 @@ def embed_pool(model: ContrastiveSiameseNetwork, batch: torch.Tensor) -> torch.T
 def label_round(arm: Arm, target: int, setup: Setup) -> None:
     """Labels ``target - len(arm.pairs)`` more pairs chosen by the arm's suggester, with the oracle.
 
-    One ``suggest`` per label, the labels so far excluded and their images' usage counted, under the
-    model and threshold of the last training: what the Label tab does between two trainings.
+    What the Label tab does between two trainings (``ModelService.suggest_pair``): one ``suggest`` per
+    label under the model and threshold of the last training, with the label graph of every answer so far
+    (its labeled pairs excluded, its usage counted, its groups for ``join`` pairs).
     """
     embeddings = embed_pool(arm.model, setup.pixels)
-    labeled = {frozenset((p.image_a, p.image_b)) for p in arm.pairs}
-    usage = Counter(d for p in arm.pairs for d in (p.image_a, p.image_b))
-    batch = arm.suggester.suggest_batch(
-        target - len(arm.pairs), setup.pool, embeddings, arm.threshold, labeled, usage, setup.reference
-    )
-    for s in batch:
+    graph = LabelGraph.from_pairs(arm.pairs)
+    while len(arm.pairs) < target:
+        s = arm.suggester.suggest(
+            setup.pool, embeddings, arm.threshold, graph.labeled(), graph.usage(), setup.reference, graph
+        )
+        if s is None:
+            break
         same = setup.truth[s.image_a] == setup.truth[s.image_b]
-        arm.pairs.append(LabeledPair(f"{arm.name}{len(arm.pairs)}", s.image_a, s.image_b, same))
+        pair = LabeledPair(f"{arm.name}{len(arm.pairs)}", s.image_a, s.image_b, same)
+        graph.add(pair)
+        arm.pairs.append(pair)
         arm.kinds.append(s.kind)
         arm.similarities.append(s.similarity)
 
@@ -295,7 +300,7 @@ def report(results: list[dict[str, Arm]], args, out: Path, docs: Path | None) ->
     spans = list(zip([0, *labels[:-1]], labels, strict=True))
     print("| kind | " + " | ".join(f"{a}→{b}" for a, b in spans) + " |")
     print("|---" * (len(spans) + 1) + "|")
-    for kind in ("hard_positive", "hard_negative", "uncertain", "random"):
+    for kind in ("join", "hard_positive", "hard_negative", "uncertain", "random"):
         cells = []
         for a, b in spans:
             picked = [
@@ -423,6 +428,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=None, help="optimizer steps per round at least (default 200)")
     parser.add_argument("--fresh", action="store_true", help="each round trains the initial weights (default: warm)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--join-share", type=float, default=None, help="Suggester join_share (default: its own)")
+    parser.add_argument("--implied-ratio", type=float, default=None, help="TrainConfig implied_ratio (default: its own)")
     parser.add_argument("--epoch-check", action="store_true", help="only the random arm, with the schedule and 2×")
     parser.add_argument("--out", type=Path, default=RESULTS / "active.png")
     parser.add_argument("--docs", type=Path, default=None, help="also save the plot here (docs/active.png)")
@@ -445,6 +452,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     digits = load_digits_images()
     config = TrainConfig(epochs=args.epochs)  # every other setting the product's default
+    if args.implied_ratio is not None:
+        config = replace(config, implied_ratio=args.implied_ratio)
+    tuning = {} if args.join_share is None else {"join_share": args.join_share}
     if args.from_json:  # the table, verdict and plot of a saved run, without training
         results, args.seed_list, args.fresh = load_json(args.from_json)
         report(results, args, args.out, args.docs)
@@ -465,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
         setup = make_setup(digits, seed, args.pool, args.test_pairs)
         seed_config = replace(config, seed=seed)
         arms = {
-            "suggested": Arm("suggested", Suggester(seed=seed, random_share=0.2), setup.initial),
+            "suggested": Arm("suggested", Suggester(seed=seed, random_share=0.2, **tuning), setup.initial),
             "random": Arm("random", Suggester(seed=seed, random_share=1.0), setup.initial),
         }
         for arm in arms.values():

@@ -258,6 +258,26 @@ class LabelGraph:
         """The group's id (its smallest digest), or None for an image without labels."""
         return self._find(digest) if digest in self._parent else None
 
+    def group_members(self) -> Mapping[str, AbstractSet[str]]:
+        """Every labeled image's group, by group id: a read-only view that follows the graph (an image with
+        only "different" labels is a group of one). Do not change the sets."""
+        return MappingProxyType(self._members)
+
+    def relation(self, image_a: str, image_b: str) -> bool | None:
+        """What the labels say about two images, stated or implied: True (one "same" group), False (a
+        "different" label between their groups) or None (nothing)."""
+        if image_a not in self._parent or image_b not in self._parent:
+            return None
+        root_a, root_b = self._find(image_a), self._find(image_b)
+        if root_a == root_b:
+            return True
+        small, other = (root_a, root_b) if len(self._members[root_a]) <= len(self._members[root_b]) else (root_b, root_a)
+        for image in self._members[small]:
+            for neighbour in self._different_adjacent.get(image, {}).values():
+                if self._find(neighbour) == other:
+                    return False
+        return None
+
     def usage(self) -> Mapping[str, int]:
         """How many labeled pairs each image is in: a read-only view that follows the graph (copy it to
         keep it)."""

@@ -742,7 +742,9 @@ class ModelService:
         digests, matrix = index.snapshot()
         reference = self._reference().rows(digests)
         with self._labels() as graph:
-            suggestion = self.suggester.suggest(digests, matrix, threshold, graph.labeled(), graph.usage(), reference)
+            suggestion = self.suggester.suggest(
+                digests, matrix, threshold, graph.labeled(), graph.usage(), reference, groups=graph
+            )
         if suggestion is None:
             raise ValueError("no unlabeled pair to suggest: add images to the pool (score, label or import some)")
         return self.image_path(suggestion.image_a), self.image_path(suggestion.image_b), suggestion.to_dict()

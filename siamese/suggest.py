@@ -7,6 +7,11 @@ Each suggestion is one of four kinds, and says why it was chosen:
   model) finds most alike (top 2%), the one the model finds least alike;
 - ``hard_negative``: of the pairs that view finds unlike (below its median), the one the model finds
   most alike;
+- ``join``: an image that no "same" label places yet, beside the member of the labeled group the model
+  finds most like it (``join_share`` of the model's suggestions, once groups exist). One label then places it in that
+  group or apart from all of it: with a group of n images it implies n more pairs (A=B, B=C ⇒ A=C;
+  A=B, B≠C ⇒ A≠C), so labels grow into many. When the model finds it unlike every group, its partner is
+  the most similar other unplaced image, which may start a new group;
 - ``random``: a uniformly random pair (``random_share`` of suggestions), so the labels never become a
   sample only of what the model finds hard, and metrics on them stay honest.
 
@@ -29,14 +34,16 @@ import hashlib
 import threading
 from collections import Counter, deque
 from collections.abc import Container, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import torch
 from PIL import Image
 
 EVALUATION_PERCENT = 10  # share of pool images reserved for evaluation: never suggested
-KINDS = ("uncertain", "hard_positive", "hard_negative", "random")
+KINDS = ("uncertain", "hard_positive", "hard_negative", "join", "random")
 
 
 def is_evaluation_image(digest: str, percent: int = EVALUATION_PERCENT) -> bool:
@@ -60,6 +67,16 @@ def thumbnail_vectors(images: Sequence[Image.Image], size: int = 8) -> torch.Ten
     return torch.from_numpy(rows / np.maximum(norms, 1e-6))
 
 
+class Groups(Protocol):
+    """What the labels say about images as groups (``siamese.labelgraph.LabelGraph`` is one)."""
+
+    def group_members(self) -> Mapping[str, AbstractSet[str]]:
+        """Each group's images, by group id."""
+
+    def relation(self, image_a: str, image_b: str) -> bool | None:
+        """True (same group), False (labeled different, stated or implied) or None (unknown)."""
+
+
 @dataclass(frozen=True)
 class Suggestion:
     """A pair to label, its similarity under the current model, and why it was chosen."""
@@ -81,6 +98,9 @@ class Suggester:
     Args:
         seed: the random stream (same seed and inputs ⇒ same suggestions).
         random_share: fraction of suggestions that are uniformly random pairs.
+        join_share: of the other suggestions, the fraction that place an unplaced image against a labeled
+            group (when ``groups`` are given and some group has two images); the rest is split evenly
+            between uncertain, hard positive and hard negative pairs.
         evaluation_percent: share of pool images never suggested (see :func:`is_evaluation_image`).
         anchors: images scored per call, drawn favouring rarely used ones.
         candidates: partners each anchor is scored against (a random sample of the pool).
@@ -94,6 +114,7 @@ class Suggester:
         self,
         seed: int = 0,
         random_share: float = 0.2,
+        join_share: float = 0.5,
         evaluation_percent: int = EVALUATION_PERCENT,
         anchors: int = 256,
         candidates: int = 4096,
@@ -104,9 +125,12 @@ class Suggester:
     ):
         if not 0.0 <= random_share <= 1.0:
             raise ValueError(f"random_share must be in [0, 1], got {random_share}")
+        if not 0.0 <= join_share <= 1.0:
+            raise ValueError(f"join_share must be in [0, 1], got {join_share}")
         if not 0 <= evaluation_percent < 100:
             raise ValueError(f"evaluation_percent must be in [0, 100), got {evaluation_percent}")
         self.random_share = random_share
+        self.join_share = join_share
         self.evaluation_percent = evaluation_percent
         self.anchors = anchors
         self.candidates = candidates
@@ -133,6 +157,7 @@ class Suggester:
         labeled: Container[frozenset[str]],
         usage: Mapping[str, int] | None = None,
         reference: torch.Tensor | None = None,
+        groups: Groups | None = None,
     ) -> Suggestion | None:
         """The next pair to label, or None when the pool has no unlabeled pair outside the reserve.
 
@@ -147,6 +172,7 @@ class Suggester:
             usage: how many labeled pairs each image is in (``LabelGraph.usage()``).
             reference: (N, D') unit rows of a model-independent view (:func:`thumbnail_vectors`, or the
                 initial model's embeddings); without it, no hard positives or negatives are suggested.
+            groups: the labels' groups (the ``LabelGraph``); without it, no ``join`` pairs are suggested.
         """
         if embeddings.ndim != 2 or embeddings.shape[0] != len(pool):
             raise ValueError(f"need one embedding row per pool image; got {tuple(embeddings.shape)} for {len(pool)}")
@@ -159,18 +185,25 @@ class Suggester:
             used = _Uses(usage or {}, Counter(d for pair in self._recent for d in pair))
             blocked = _Blocked(labeled, set(self._recent))
             draw = self._rng.random()
+            join_end = self.random_share + (1 - self.random_share) * (self.join_share if groups is not None else 0.0)
             if draw < self.random_share:
                 kind = "random"
+            elif draw < join_end:
+                kind = "join"
             elif reference is None:
                 kind = "uncertain"
-            else:  # the model's share, in thirds
-                kind = KINDS[min(2, int(3 * (draw - self.random_share) / (1 - self.random_share)))]
+            else:  # the rest of the model's share, in thirds
+                kind = KINDS[min(2, int(3 * (draw - join_end) / max(1e-12, 1 - join_end)))]
             # numpy, not torch, for these small products: torch's thread pool spins when the cores are
             # shared (a 200 × 200 product took 23 ms instead of 0.02 ms)
             embeddings = _as_array(embeddings)
             reference = _as_array(reference) if reference is not None else None
             found = None
-            if kind != "random":
+            if kind == "join":
+                found = self._joined(pool, eligible, embeddings, threshold, blocked, used, groups)
+                if found is None:  # no group of two yet: look for likely "same" pairs, which start groups
+                    kind = "hard_positive" if reference is not None else "uncertain"
+            if kind != "random" and found is None:
                 found = self._scored(pool, eligible, embeddings, threshold, blocked, used, reference, kind)
             if found is None:
                 found = self._random(pool, eligible, embeddings, blocked)
@@ -188,7 +221,9 @@ class Suggester:
         usage: Mapping[str, int] | None = None,
         reference: torch.Tensor | None = None,
     ) -> list[Suggestion]:
-        """``count`` distinct suggestions at once (fewer when the pool runs out), spread over the pool."""
+        """``count`` distinct suggestions at once (fewer when the pool runs out), spread over the pool.
+
+        No ``join`` pairs: placing an image needs the answer to the previous suggestion."""
         labeled, usage = set(labeled), Counter(usage or {})
         found: list[Suggestion] = []
         while len(found) < count:
@@ -244,6 +279,66 @@ class Suggester:
                 return Suggestion(a, b, similarity, _reason_uncertain(similarity, threshold, self.band), kind)
             reason = _reason_hard(kind, similarity, threshold, float(model_rank[i, j]), float(looks_rank[i, j]))
             return Suggestion(a, b, similarity, reason, kind)
+        return None
+
+    def _joined(self, pool, eligible, embeddings, threshold, blocked, used, groups) -> Suggestion | None:
+        """An unplaced image (in no group of two or more), beside the nearest member of the group the model
+        finds most like it; or, when it finds every group unlike, beside the most similar unplaced image."""
+        rng = self._rng
+        row_of = {pool[i]: int(i) for i in eligible}
+        member_rows, member_group, sizes = [], [], []
+        for g, members in enumerate(m for m in groups.group_members().values() if len(m) >= 2):
+            sizes.append(len(members))
+            for digest in members:
+                row = row_of.get(digest)
+                if row is not None:  # reserved images are never suggested, not even as a group's member
+                    member_rows.append(row)
+                    member_group.append(g)
+        if not member_rows:
+            return None
+        member_rows, member_group = np.array(member_rows), np.array(member_group)
+        if len(member_rows) > self.candidates:  # a uniform sample of the members keeps each call bounded
+            keep = rng.choice(len(member_rows), self.candidates, replace=False)
+            member_rows, member_group = member_rows[keep], member_group[keep]
+        placed = np.zeros(len(pool), dtype=bool)
+        placed[member_rows] = True
+        unplaced = eligible[~placed[eligible]]
+        if len(unplaced) < 2:
+            return None
+        uses = np.array([used.get(pool[i], 0) for i in unplaced], dtype=np.float64)
+        n_anchors = min(self.anchors, len(unplaced))
+        keys = -2.0 * np.log1p(uses) + rng.gumbel(size=len(unplaced))  # rarely used first, in random order
+        anchors = unplaced[np.argsort(-keys)[:n_anchors]]
+        others = unplaced[rng.choice(len(unplaced), min(self.candidates, len(unplaced)), replace=False)]
+        to_members = embeddings[anchors] @ embeddings[member_rows].T  # (A, M)
+        to_others = embeddings[anchors] @ embeddings[others].T  # (A, C)
+        for i, row in enumerate(anchors):
+            a = pool[row]
+            # the best member first: a group the labels already set apart from this image is passed over
+            for j in np.argsort(-to_members[i])[:64]:
+                similarity = float(to_members[i, j])
+                if similarity < threshold:
+                    break
+                b = pool[member_rows[j]]
+                if frozenset((a, b)) in blocked or groups.relation(a, b) is not None:
+                    continue
+                size = sizes[member_group[j]]
+                reason = (
+                    f"join: no label places this image yet; the model finds it most like a labeled group of "
+                    f"{size} (similarity {similarity:.2f} to its nearest member, threshold {threshold:.2f}): one "
+                    f"label places it in that group or apart from all {size}"
+                )
+                return Suggestion(a, b, similarity, reason, "join")
+            for j in np.argsort(-to_others[i])[:8]:
+                b = pool[others[j]]
+                if b == a or frozenset((a, b)) in blocked or groups.relation(a, b) is not None:
+                    continue
+                similarity = float(to_others[i, j])
+                reason = (
+                    f"join: the model finds this image unlike every labeled group; beside the most similar "
+                    f"unplaced image (similarity {similarity:.2f}, threshold {threshold:.2f}) it may start a new group"
+                )
+                return Suggestion(a, b, similarity, reason, "join")
         return None
 
     def _random(self, pool, eligible, embeddings, blocked) -> Suggestion | None:

@@ -183,6 +183,36 @@ def _brute_force_groups_and_contradictions(edges):
     return sorted(sorted(g) for g in groups), inside
 
 
+def _relations(g: LabelGraph, images: list[str]) -> dict[tuple[str, str], bool | None]:
+    return {(a, b): g.relation(a, b) for a in images for b in images if a != b}
+
+
+def _brute_force_relations(edges, groups, images) -> dict[tuple[str, str], bool | None]:
+    """Same group: True; a "different" label between the two groups: False; else (or unlabeled) None."""
+    group_of = {i: frozenset(gr) for gr in groups for i in gr}
+    apart = {frozenset((group_of[e.image_a], group_of[e.image_b])) for e in edges if not e.same}
+    out = {}
+    for a in images:
+        for b in images:
+            if a == b:
+                continue
+            if a not in group_of or b not in group_of:
+                out[a, b] = None
+            elif group_of[a] == group_of[b]:
+                out[a, b] = True
+            else:
+                out[a, b] = False if frozenset((group_of[a], group_of[b])) in apart else None
+    return out
+
+
+def test_relation_says_what_the_labels_imply():
+    g = graph("A=B", "B=C", "C!D", "D=E", "F!G")
+    assert g.relation("A", "C") is True  # A=B, B=C
+    assert g.relation("A", "E") is False and g.relation("E", "B") is False  # A=C, C≠D, D=E
+    assert g.relation("A", "F") is None and g.relation("A", "unlabeled") is None
+    assert g.relation("F", "G") is False
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_random_adds_replacements_and_removals_match_a_rebuild(seed):
     rng = random.Random(seed)
@@ -205,6 +235,9 @@ def test_random_adds_replacements_and_removals_match_a_rebuild(seed):
         groups, inside = _brute_force_groups_and_contradictions(list(current.values()))
         assert sorted(g.groups(min_size=1)) == groups
         assert set(g.contradicting()) == inside
+        if step % 20 == 0:
+            assert _relations(g, images) == _brute_force_relations(list(current.values()), groups, images)
+            assert {r: set(m) for r, m in g.group_members().items()} == {min(m): set(m) for m in groups}
     assert g.remove("never-added") is False
 
 

@@ -8,7 +8,7 @@ import random
 import threading
 import time
 import weakref
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import numpy as np
 import pytest
@@ -22,7 +22,7 @@ from siamese.labelgraph import LabelGraph
 from siamese.model import build_model
 from siamese.service import ModelService
 from siamese.store import PairStore
-from siamese.suggest import thumbnail_vectors
+from siamese.suggest import Suggester, thumbnail_vectors
 from siamese.train import TooFewLabels
 from siamese.transfer import export_zip
 from siamese.versions import ModelRegistry, VersionError
@@ -252,6 +252,23 @@ def test_suggest_pair_offers_an_unlabeled_pool_pair_with_a_reason(service, items
     assert path_a.is_file() and path_b.is_file()
     assert isinstance(info["reason"], str) and info["reason"]
     assert -1.0 <= info["similarity"] <= 1.0
+
+
+def test_suggest_pair_places_new_images_against_the_labeled_groups(service, items, monkeypatch):
+    """The service hands the Suggester its label graph: a join pair's partner is a labeled group's member."""
+    for _, data in items[:12]:
+        service.add_image(data)
+    service.label(items[0][1], items[1][1], "same")
+    group = {service.decode(items[0][1]).digest, service.decode(items[1][1]).digest}
+    monkeypatch.setattr(service, "suggester", Suggester(seed=0, random_share=0.0, join_share=1.0))
+    monkeypatch.setattr(service, "_active", replace(service.active, threshold=-1.0))  # every image is near enough
+    for _ in range(4):
+        path_a, path_b, info = service.suggest_pair()
+        assert info["kind"] == "join" and "labeled group of 2" in info["reason"]
+        assert path_a.stem not in group and path_b.stem in group
+        service.label(path_a, path_b, "different")  # answered: the next pick is another image
+    service.label(path_a, items[0][1], "same")  # now a group of three
+    assert "labeled group of 3" in service.suggest_pair()[2]["reason"]
 
 
 def test_suggest_pair_on_an_empty_pool_is_a_clear_error(service):
@@ -516,9 +533,9 @@ def suggestion_inputs(service, monkeypatch) -> tuple[list[str], torch.Tensor]:
     seen = {}
     suggest = service.suggester.suggest
 
-    def spy(pool, embeddings, threshold, labeled, usage=None, reference=None):
+    def spy(pool, embeddings, threshold, labeled, usage=None, reference=None, groups=None):
         seen.update(pool=list(pool), reference=reference)
-        return suggest(pool, embeddings, threshold, labeled, usage, reference)
+        return suggest(pool, embeddings, threshold, labeled, usage, reference, groups)
 
     monkeypatch.setattr(service.suggester, "suggest", spy)
     service.suggest_pair()

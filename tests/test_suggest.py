@@ -7,10 +7,13 @@ import time
 from collections import Counter
 
 import numpy as np
+import pytest
 import torch
 from PIL import Image
 
+from siamese.labelgraph import LabelGraph
 from siamese.suggest import Suggester, Suggestion, is_evaluation_image, thumbnail_vectors
+from siamese.train import LabeledPair
 
 
 def digests(n: int, salt: str = "") -> list[str]:
@@ -208,3 +211,98 @@ def test_labeled_pairs_and_usage_are_only_looked_up():
     assert all(s is not None and pool[0] not in (s.image_a, s.image_b) for s in chosen)
     kinds = {s.kind for s in chosen}
     assert "random" in kinds and kinds - {"random"}  # both the random and the model's paths looked up only
+
+
+# -- join: placing an unplaced image against the labeled groups
+
+
+def _grouped_pool(n: int = 40, dim: int = 16):
+    """Pool images 0-2 are labeled one group, 3-4 another; 0 and 3 apart. The rest is unplaced."""
+    pool, emb = open_pool(n), unit_rows(n, dim, seed=11)
+    graph = LabelGraph.from_pairs(
+        [
+            LabeledPair("p0", pool[0], pool[1], True),
+            LabeledPair("p1", pool[1], pool[2], True),
+            LabeledPair("p2", pool[3], pool[4], True),
+            LabeledPair("p3", pool[0], pool[3], False),
+        ]
+    )
+    return pool, emb, graph
+
+
+def _join(suggester: Suggester, pool, emb, threshold, graph) -> Suggestion:
+    return suggester.suggest(pool, emb, threshold, graph.labeled(), graph.usage(), None, graph)
+
+
+def test_join_pairs_an_unplaced_image_with_the_nearest_member_of_its_most_similar_group():
+    pool, emb, graph = _grouped_pool()
+    members = [0, 1, 2, 3, 4]
+    sims = (emb @ emb.T).numpy()
+    suggester = Suggester(seed=0, random_share=0.0, join_share=1.0)
+    threshold = -1.0  # every group is similar enough: each pick is a member
+    suggested = set()  # recent suggestions are not repeated: an anchor drawn again gets its next member
+    for _ in range(15):
+        s = _join(suggester, pool, emb, threshold, graph)
+        assert s.kind == "join"
+        anchor = pool.index(s.image_a)
+        assert anchor not in members  # not placed by any "same" label
+        open_members = [m for m in members if frozenset((anchor, m)) not in suggested]
+        best = max(open_members, key=lambda m: sims[anchor, m])  # brute force: the most similar member
+        suggested.add(frozenset((anchor, best)))
+        assert s.image_b == pool[best]
+        assert abs(s.similarity - sims[anchor, best]) < 1e-5
+        size = 3 if best <= 2 else 2
+        assert f"labeled group of {size}" in s.reason and f"apart from all {size}" in s.reason
+
+
+def test_join_passes_over_a_group_the_labels_already_set_apart():
+    pool, emb, graph = _grouped_pool()
+    emb[10] = emb[1]  # the model finds image 10 identical to group {0, 1, 2} …
+    emb[11] = emb[10]
+    graph.add(LabeledPair("p4", pool[10], pool[2], False))  # … but it is labeled different from it
+    suggester = Suggester(seed=0, random_share=0.0, join_share=1.0)
+    chosen = [_join(suggester, pool, emb, -1.0, graph) for _ in range(30)]
+    with_10 = [s for s in chosen if s.image_a == pool[10]]
+    assert with_10, "image 10 was never an anchor"
+    for s in with_10:
+        # not group {0,1,2} (said different, by a label or implied); group {3,4} if better than unplaced images
+        assert s.image_b not in pool[:3]
+        assert graph.relation(s.image_a, s.image_b) is None
+
+
+def test_join_seeds_a_new_group_when_every_group_is_unlike():
+    pool, emb, graph = _grouped_pool()
+    sims = (emb @ emb.T).numpy()
+    suggester = Suggester(seed=0, random_share=0.0, join_share=1.0)
+    for _ in range(10):
+        s = _join(suggester, pool, emb, 1.01, graph)  # above every similarity: no group is similar enough
+        a, b = pool.index(s.image_a), pool.index(s.image_b)
+        assert s.kind == "join" and a >= 5 and b >= 5  # two unplaced images
+        assert "may start a new group" in s.reason
+        unplaced = [i for i in range(5, len(pool)) if i != a]
+        assert sims[a, b] >= max(sims[a, i] for i in unplaced) - 1e-6  # its most similar unplaced image
+
+
+def test_join_needs_a_group_and_never_uses_reserved_images():
+    pool, emb = open_pool(30), unit_rows(30, 8, seed=2)
+    alone = LabelGraph.from_pairs([LabeledPair("p0", pool[0], pool[1], False)])  # no group of two
+    suggester = Suggester(seed=0, random_share=0.0, join_share=1.0)
+    chosen = [_join(suggester, pool, emb, 0.0, alone) for _ in range(6)]
+    assert all(s.kind == "uncertain" for s in chosen)  # no reference view: uncertain pairs instead
+    reserved = next(d for d in digests(500, "r") if is_evaluation_image(d))
+    mixed = [*pool, reserved]
+    emb_mixed = torch.cat([emb, emb[:1]])  # the reserved image looks exactly like image 0
+    graph = LabelGraph.from_pairs([LabeledPair("p0", reserved, pool[0], True), LabeledPair("p1", pool[0], pool[1], True)])
+    for _ in range(10):
+        s = _join(suggester, mixed, emb_mixed, -1.0, graph)
+        assert reserved not in (s.image_a, s.image_b)
+
+
+def test_join_share_is_respected():
+    pool, emb, graph = _grouped_pool(200)
+    suggester = Suggester(seed=3, random_share=0.2, join_share=0.5, anchors=32, candidates=64)
+    kinds = Counter(_join(suggester, pool, emb, 0.0, graph).kind for _ in range(400))
+    assert 0.32 < kinds["join"] / 400 < 0.48  # binomial(400, 0.4): ±3 standard deviations
+    assert 0.14 < kinds["random"] / 400 < 0.26
+    with pytest.raises(ValueError, match="join_share"):
+        Suggester(join_share=1.5)
