@@ -429,7 +429,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fresh", action="store_true", help="each round trains the initial weights (default: warm)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--join-share", type=float, default=None, help="Suggester join_share (default: its own)")
-    parser.add_argument("--implied-ratio", type=float, default=None, help="TrainConfig implied_ratio (default: its own)")
+    parser.add_argument(
+        "--implied-ratio", type=float, default=None, help="TrainConfig implied_ratio (default: its own)"
+    )
     parser.add_argument("--epoch-check", action="store_true", help="only the random arm, with the schedule and 2×")
     parser.add_argument("--out", type=Path, default=RESULTS / "active.png")
     parser.add_argument("--docs", type=Path, default=None, help="also save the plot here (docs/active.png)")

@@ -271,7 +271,9 @@ class LabelGraph:
         root_a, root_b = self._find(image_a), self._find(image_b)
         if root_a == root_b:
             return True
-        small, other = (root_a, root_b) if len(self._members[root_a]) <= len(self._members[root_b]) else (root_b, root_a)
+        small, other = (
+            (root_a, root_b) if len(self._members[root_a]) <= len(self._members[root_b]) else (root_b, root_a)
+        )
         for image in self._members[small]:
             for neighbour in self._different_adjacent.get(image, {}).values():
                 if self._find(neighbour) == other:

@@ -292,7 +292,9 @@ def test_join_needs_a_group_and_never_uses_reserved_images():
     reserved = next(d for d in digests(500, "r") if is_evaluation_image(d))
     mixed = [*pool, reserved]
     emb_mixed = torch.cat([emb, emb[:1]])  # the reserved image looks exactly like image 0
-    graph = LabelGraph.from_pairs([LabeledPair("p0", reserved, pool[0], True), LabeledPair("p1", pool[0], pool[1], True)])
+    graph = LabelGraph.from_pairs(
+        [LabeledPair("p0", reserved, pool[0], True), LabeledPair("p1", pool[0], pool[1], True)]
+    )
     for _ in range(10):
         s = _join(suggester, mixed, emb_mixed, -1.0, graph)
         assert reserved not in (s.image_a, s.image_b)
