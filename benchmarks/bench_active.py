@@ -28,6 +28,7 @@ as many. Prints a table (mean and min–max over the seeds) and the verdict, dra
     python benchmarks/bench_active.py --quick                                # 50 → 200 labels, about a minute
     python benchmarks/bench_active.py --seeds 0 --epoch-check                # random arm: schedule against 2×
     python benchmarks/bench_active.py --from-json benchmarks/results/active.json   # report a saved run again
+    python benchmarks/bench_active.py --from-json s0.json s1.json --json all.json  # seeds run apart, as one
 """
 
 from __future__ import annotations
@@ -435,7 +436,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epoch-check", action="store_true", help="only the random arm, with the schedule and 2×")
     parser.add_argument("--out", type=Path, default=RESULTS / "active.png")
     parser.add_argument("--docs", type=Path, default=None, help="also save the plot here (docs/active.png)")
-    parser.add_argument("--from-json", type=Path, default=None, help="report a saved run (its active.json) again")
+    parser.add_argument(
+        "--from-json", type=Path, nargs="+", default=None, help="report saved runs (active.json files) as one"
+    )
     parser.add_argument("--json", type=Path, default=None, help="pairs and rounds (default results/active.json)")
     args = parser.parse_args(argv)
     quick = args.quick
@@ -458,8 +461,14 @@ def main(argv: list[str] | None = None) -> int:
         config = replace(config, implied_ratio=args.implied_ratio)
     tuning = {} if args.join_share is None else {"join_share": args.join_share}
     if args.from_json:  # the table, verdict and plot of a saved run, without training
-        results, args.seed_list, args.fresh = load_json(args.from_json)
+        results, args.seed_list = [], []
+        for path in args.from_json:  # runs of other seeds (in parallel processes) report as one
+            found, seeds, args.fresh = load_json(path)
+            results += found
+            args.seed_list += seeds
         report(results, args, args.out, args.docs)
+        if len(args.from_json) > 1 and args.json:
+            save_json(results, args, args.json)
         return 0
     if args.epoch_check:
         epoch_check(digits, args, config, schedule)

@@ -37,6 +37,7 @@ from .model import ContrastiveSiameseNetwork
 MODES = ("auto", "head", "full")
 MIN_PER_CLASS = 4  # labeled pairs of each kind (same, different) needed to train at all
 MIN_TRAIN_PER_CLASS = 2  # of those, in the training split
+IMPLIED_POOL = 20  # implied pairs drawn from: this many times the ones one epoch trains
 _EVAL_BATCH = 64  # images per no-grad forward when computing features or embeddings
 
 LoadImage = Callable[[str], Image.Image]
@@ -515,9 +516,12 @@ def train_model(
         if should_stop is not None and should_stop():
             raise _Cancelled
 
-    # ---- data: labeled + implied pairs, one table of unique images
+    # ---- data: labeled + implied pairs, one table of unique images. Each epoch trains every labeled pair
+    # and a fresh sample of the implied ones (implied_ratio per labeled pair), so over the epochs many
+    # more of them teach the model at the cost of one sample.
     max_implied = int(config.implied_ratio * len(train_pairs))
-    extra = implied_pairs(train_pairs, max_count=max_implied, seed=config.seed) if max_implied else []
+    extra = implied_pairs(train_pairs, max_count=IMPLIED_POOL * max_implied, seed=config.seed) if max_implied else []
+    n_implied = min(max_implied, len(extra))  # per epoch
     fit_pairs = list(train_pairs) + extra
     digests = sorted({d for p in [*fit_pairs, *val_pairs] for d in (p.image_a, p.image_b)})
     index = {d: i for i, d in enumerate(digests)}
@@ -560,7 +564,7 @@ def train_model(
             scale = config.backbone_lr_scale if getattr(base_model, "pretrained", False) else 1.0
             groups.append({"params": list(model.backbone.parameters()), "lr_scale": scale})
         optimizer = torch.optim.AdamW(groups, lr=config.learning_rate, weight_decay=config.weight_decay)
-        steps_per_epoch = math.ceil(len(fit_pairs) / config.batch_size)
+        steps_per_epoch = math.ceil((len(train_pairs) + n_implied) / config.batch_size)
         total_steps = steps_per_epoch * config.epochs
         warmup = max(1, round(config.warmup_fraction * total_steps))
 
@@ -622,7 +626,7 @@ def train_model(
                     model.head.train()
                 else:
                     model.train()
-                order = torch.randperm(len(fit_pairs), generator=generator)
+                order = _epoch_order(len(train_pairs), len(extra), n_implied, generator)
                 losses = []
                 for start in range(0, len(order), config.batch_size):
                     check()
@@ -667,7 +671,8 @@ def train_model(
         **after,
         "mode": mode,
         "n_train_pairs": len(train_pairs),
-        "n_implied_pairs": len(extra),
+        "n_implied_pairs": n_implied,  # per epoch
+        "n_implied_available": len(extra),
         "n_val_pairs": len(val_pairs),
         "epochs_run": len(history),
         "best_epoch": best_epoch,
@@ -683,6 +688,14 @@ def train_model(
         mode=mode,
         stats=_finish(stats, started),
     )
+
+
+def _epoch_order(n_labeled: int, n_available: int, n_implied: int, generator: torch.Generator) -> torch.Tensor:
+    """One epoch's pairs, shuffled: every labeled pair (rows ``0…n_labeled-1``) and ``n_implied`` of the
+    ``n_available`` implied ones after them, a new sample each epoch."""
+    implied = n_labeled + torch.randperm(n_available, generator=generator)[:n_implied]
+    chosen = torch.cat([torch.arange(n_labeled), implied])
+    return chosen[torch.randperm(len(chosen), generator=generator)]
 
 
 def _finish(stats: dict, started: float) -> dict:

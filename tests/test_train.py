@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import replace
@@ -22,6 +23,7 @@ from siamese.train import (
     LabeledPair,
     TooFewLabels,
     TrainConfig,
+    _epoch_order,
     check_enough,
     evaluate_model,
     implied_pairs,
@@ -390,3 +392,33 @@ def test_config_options_from_the_api():
     with pytest.raises(ValueError, match="unknown training option"):
         TrainConfig().with_options(epoch=3)
     assert np.isclose(TrainConfig(learning_rate=1).learning_rate, 1.0)
+
+
+def test_each_epoch_trains_every_label_and_a_fresh_sample_of_implied_pairs():
+    generator = torch.Generator().manual_seed(0)
+    epochs = [_epoch_order(30, 200, 40, generator) for _ in range(5)]
+    seen_implied = set()
+    for order in epochs:
+        rows = order.tolist()
+        assert len(rows) == 70 and len(set(rows)) == 70  # no pair twice in one epoch
+        assert set(range(30)) <= set(rows)  # every labeled pair
+        implied = {r for r in rows if r >= 30}
+        assert len(implied) == 40 and implied <= set(range(30, 230))
+        seen_implied |= implied
+    assert len(seen_implied) > 100  # five samples of 40 out of 200: nearly disjoint, not one fixed set
+    assert rows[:30] != list(range(30))  # shuffled
+    assert _epoch_order(5, 3, 3, torch.Generator()).sort().values.tolist() == list(range(8))  # fewer than asked
+
+
+def test_training_draws_implied_pairs_from_a_larger_pool_without_more_steps(digits):
+    # 8 images of each of two digits, each chain-labeled "same": two groups of 28 pairs, 14 labels.
+    by_class = {c: [d for d, k in zip(digits.digests, digits.classes, strict=True) if k == c][:8] for c in (0, 1)}
+    labels = [LabeledPair(f"s{c}{i}", group[i], group[i + 1], True) for c, group in by_class.items() for i in range(7)]
+    labels += [LabeledPair(f"d{i}", by_class[0][i], by_class[1][i], False) for i in range(4)]
+    config = replace(FAST, epochs=2, batch_size=8, mode="full", implied_ratio=1.0, augment=0.0, patience=0)
+    result = train_model(tiny_model(), labels, [], digits.load_image, config)
+    n = len(labels)
+    expected_available = 2 * (28 - 7) + 64 - 4  # implied "same" in each group, and every cross pair minus labels
+    assert result.metrics["n_implied_available"] == expected_available
+    assert result.metrics["n_implied_pairs"] == n  # per epoch: implied_ratio × labels
+    assert result.stats["steps"] == 2 * math.ceil(2 * n / config.batch_size)
