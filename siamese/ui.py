@@ -21,6 +21,7 @@ from starlette.middleware import Middleware
 from .embedmap import render
 from .images import MAX_BYTES, load_image
 from .loginguard import LoginPageGuard
+from .rest import score_route
 from .train import MODES, TrainConfig
 
 STATIC = Path(__file__).parent / "static"
@@ -788,6 +789,9 @@ def launch_options(service, settings) -> dict:
         "js": (STATIC / "shortcuts.js").read_text(),
         "theme": gr.themes.Soft(primary_hue="indigo"),
         "ssr_mode": False,
-        # Gradio embeds the API description in its login page; the guard takes it out.
-        "app_kwargs": {"middleware": [Middleware(LoginPageGuard)]} if settings.auth else None,
+        "app_kwargs": {
+            "routes": [score_route(service, settings.auth)],  # POST /v1/score: one request per pair
+            # Gradio embeds the API description in its login page; the guard takes it out.
+            "middleware": [Middleware(LoginPageGuard)] if settings.auth else [],
+        },
     }
