@@ -301,7 +301,7 @@ def report(results: list[dict[str, Arm]], args, out: Path, docs: Path | None) ->
     spans = list(zip([0, *labels[:-1]], labels, strict=True))
     print("| kind | " + " | ".join(f"{a}→{b}" for a, b in spans) + " |")
     print("|---" * (len(spans) + 1) + "|")
-    for kind in ("join", "hard_positive", "hard_negative", "uncertain", "random"):
+    for kind in ("join", "merge", "hard_positive", "hard_negative", "uncertain", "random"):
         cells = []
         for a, b in spans:
             picked = [
@@ -429,6 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=None, help="optimizer steps per round at least (default 200)")
     parser.add_argument("--fresh", action="store_true", help="each round trains the initial weights (default: warm)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--arms", default=",".join(ARMS), help="run only these arms (a probe: no report)")
     parser.add_argument("--join-share", type=float, default=None, help="Suggester join_share (default: its own)")
     parser.add_argument(
         "--implied-ratio", type=float, default=None, help="TrainConfig implied_ratio (default: its own)"
@@ -489,9 +490,13 @@ def main(argv: list[str] | None = None) -> int:
             "suggested": Arm("suggested", Suggester(seed=seed, random_share=0.2, **tuning), setup.initial),
             "random": Arm("random", Suggester(seed=seed, random_share=1.0), setup.initial),
         }
-        for arm in arms.values():
-            run_arm(arm, setup, schedule, seed_config, args.steps, not args.fresh)
+        for name in args.arms.split(","):
+            run_arm(arms[name], setup, schedule, seed_config, args.steps, not args.fresh)
         results.append(arms)
+    if args.arms != ",".join(ARMS):
+        save_json(results, args, args.json or args.out.with_suffix(".json"))
+        print(f"total {time.perf_counter() - started:.0f} s (arms {args.arms}: no comparison)")
+        return 0
     report(results, args, args.out, args.docs)
     save_json(results, args, args.json or args.out.with_suffix(".json"))
     print(f"total {time.perf_counter() - started:.0f} s")

@@ -12,6 +12,9 @@ Each suggestion is one of four kinds, and says why it was chosen:
   group or apart from all of it: with a group of n images it implies n more pairs (A=B, B=C ⇒ A=C;
   A=B, B≠C ⇒ A≠C), so labels grow into many. When the model finds it unlike every group, its partner is
   the most similar other unplaced image, which may start a new group;
+- ``merge``: half of the ``join`` draws, when two labeled groups are not yet set apart: the closest members of
+  the two groups whose centres the model finds most alike. One label joins the groups or sets them apart,
+  and implies |A|·|B| pairs: what keeps the groups of one kind from staying many small ones;
 - ``random``: a uniformly random pair (``random_share`` of suggestions), so the labels never become a
   sample only of what the model finds hard, and metrics on them stay honest.
 
@@ -43,7 +46,8 @@ import torch
 from PIL import Image
 
 EVALUATION_PERCENT = 10  # share of pool images reserved for evaluation: never suggested
-KINDS = ("uncertain", "hard_positive", "hard_negative", "join", "random")
+MERGE_SHARE = 0.5  # of the join draws, those that first look for two groups to merge
+KINDS = ("uncertain", "hard_positive", "hard_negative", "join", "merge", "random")
 
 
 def is_evaluation_image(digest: str, percent: int = EVALUATION_PERCENT) -> bool:
@@ -98,8 +102,8 @@ class Suggester:
     Args:
         seed: the random stream (same seed and inputs ⇒ same suggestions).
         random_share: fraction of suggestions that are uniformly random pairs.
-        join_share: of the other suggestions, the fraction that place an unplaced image against a labeled
-            group (when ``groups`` are given and some group has two images); the rest is split evenly
+        join_share: of the other suggestions, the fraction that grow the labeled groups (``join`` and
+            ``merge``; when ``groups`` are given and some group has two images); the rest is split evenly
             between uncertain, hard positive and hard negative pairs.
         evaluation_percent: share of pool images never suggested (see :func:`is_evaluation_image`).
         anchors: images scored per call, drawn favouring rarely used ones.
@@ -172,7 +176,7 @@ class Suggester:
             usage: how many labeled pairs each image is in (``LabelGraph.usage()``).
             reference: (N, D') unit rows of a model-independent view (:func:`thumbnail_vectors`, or the
                 initial model's embeddings); without it, no hard positives or negatives are suggested.
-            groups: the labels' groups (the ``LabelGraph``); without it, no ``join`` pairs are suggested.
+            groups: the labels' groups (the ``LabelGraph``); without it, no ``join`` or ``merge`` pairs are suggested.
         """
         if embeddings.ndim != 2 or embeddings.shape[0] != len(pool):
             raise ValueError(f"need one embedding row per pool image; got {tuple(embeddings.shape)} for {len(pool)}")
@@ -282,29 +286,80 @@ class Suggester:
         return None
 
     def _joined(self, pool, eligible, embeddings, threshold, blocked, used, groups) -> Suggestion | None:
-        """An unplaced image (in no group of two or more), beside the nearest member of the group the model
-        finds most like it; or, when it finds every group unlike, beside the most similar unplaced image."""
-        rng = self._rng
+        """A pair that grows the labeled groups: half the time (when there is one) two groups the model
+        finds alike (:meth:`_merge`), else an unplaced image against its most similar group (:meth:`_place`)."""
         row_of = {pool[i]: int(i) for i in eligible}
         member_rows, member_group, sizes = [], [], []
-        for g, members in enumerate(m for m in groups.group_members().values() if len(m) >= 2):
-            sizes.append(len(members))
-            for digest in members:
-                row = row_of.get(digest)
-                if row is not None:  # reserved images are never suggested, not even as a group's member
-                    member_rows.append(row)
-                    member_group.append(g)
+        for members in groups.group_members().values():
+            if len(members) < 2:
+                continue
+            rows = [row_of[d] for d in members if d in row_of]  # reserved images are never suggested
+            if rows:
+                member_rows += rows
+                member_group += [len(sizes)] * len(rows)
+                sizes.append(len(members))
         if not member_rows:
             return None
         member_rows, member_group = np.array(member_rows), np.array(member_group)
-        if len(member_rows) > self.candidates:  # a uniform sample of the members keeps each call bounded
-            keep = rng.choice(len(member_rows), self.candidates, replace=False)
-            member_rows, member_group = member_rows[keep], member_group[keep]
+        found = None
+        if len(sizes) > 1 and self._rng.random() < MERGE_SHARE:
+            found = self._merge(pool, embeddings, threshold, blocked, groups, member_rows, member_group, sizes)
+        return found or self._place(
+            pool, eligible, embeddings, threshold, blocked, used, groups, member_rows, sizes, member_group
+        )
+
+    def _merge(self, pool, embeddings, threshold, blocked, groups, member_rows, member_group, sizes):
+        """Two groups whose centres the model finds most alike, not yet set apart, by their closest members:
+        one label joins them (|A|·|B| implied "same" pairs) or sets them apart (as many "different")."""
+        rng = self._rng
+        n_groups = len(sizes)
+        chosen = np.arange(n_groups)
+        if n_groups > 1024:  # a G × G product stays small
+            chosen = np.sort(rng.choice(n_groups, 1024, replace=False))
+        position = np.full(n_groups, -1)
+        position[chosen] = np.arange(len(chosen))
+        keep = position[member_group] >= 0
+        rows, where = member_rows[keep], position[member_group[keep]]
+        centres = np.zeros((len(chosen), embeddings.shape[1]), dtype=np.float64)
+        np.add.at(centres, where, embeddings[rows])
+        centres /= np.maximum(np.linalg.norm(centres, axis=1, keepdims=True), 1e-12)
+        alike = centres @ centres.T  # (G, G)
+        alike[np.tril_indices(len(chosen))] = -np.inf
+        flat = np.argsort(-alike, axis=None)[:64]
+        for gi, gj in zip(*np.unravel_index(flat, alike.shape), strict=True):
+            similarity = float(alike[gi, gj])
+            if similarity < threshold:
+                return None
+            rows_i, rows_j = rows[where == gi][:64], rows[where == gj][:64]
+            if groups.relation(pool[rows_i[0]], pool[rows_j[0]]) is not None:
+                continue  # already set apart by a label
+            closest = embeddings[rows_i] @ embeddings[rows_j].T
+            for flat_ij in np.argsort(-closest, axis=None)[:16]:
+                i, j = np.unravel_index(flat_ij, closest.shape)
+                a, b = pool[rows_i[i]], pool[rows_j[j]]
+                if frozenset((a, b)) in blocked:
+                    continue
+                size_a, size_b = sizes[chosen[gi]], sizes[chosen[gj]]
+                reason = (
+                    f"merge: the model finds two labeled groups alike ({size_a} and {size_b} images, similarity "
+                    f"{similarity:.2f} between their centres, threshold {threshold:.2f}): one label joins them or "
+                    f"sets them apart, and implies {size_a * size_b - 1} more pairs"
+                )
+                return Suggestion(a, b, float(closest[i, j]), reason, "merge")
+        return None
+
+    def _place(self, pool, eligible, embeddings, threshold, blocked, used, groups, member_rows, sizes, member_group):
+        """An unplaced image (in no group of two or more), beside the nearest member of the group the model
+        finds most like it; or, when it finds every group unlike, beside the most similar unplaced image."""
+        rng = self._rng
         placed = np.zeros(len(pool), dtype=bool)
         placed[member_rows] = True
         unplaced = eligible[~placed[eligible]]
         if len(unplaced) < 2:
             return None
+        if len(member_rows) > self.candidates:  # a uniform sample of the members keeps each call bounded
+            keep = rng.choice(len(member_rows), self.candidates, replace=False)
+            member_rows, member_group = member_rows[keep], member_group[keep]
         uses = np.array([used.get(pool[i], 0) for i in unplaced], dtype=np.float64)
         n_anchors = min(self.anchors, len(unplaced))
         keys = -2.0 * np.log1p(uses) + rng.gumbel(size=len(unplaced))  # rarely used first, in random order

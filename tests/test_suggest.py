@@ -261,7 +261,7 @@ def test_join_passes_over_a_group_the_labels_already_set_apart():
     emb[11] = emb[10]
     graph.add(LabeledPair("p4", pool[10], pool[2], False))  # … but it is labeled different from it
     suggester = Suggester(seed=0, random_share=0.0, join_share=1.0)
-    chosen = [_join(suggester, pool, emb, -1.0, graph) for _ in range(30)]
+    chosen = [_join(suggester, pool, emb, -1.0, graph) for _ in range(60)]
     with_10 = [s for s in chosen if s.image_a == pool[10]]
     assert with_10, "image 10 was never an anchor"
     for s in with_10:
@@ -274,13 +274,15 @@ def test_join_seeds_a_new_group_when_every_group_is_unlike():
     pool, emb, graph = _grouped_pool()
     sims = (emb @ emb.T).numpy()
     suggester = Suggester(seed=0, random_share=0.0, join_share=1.0)
+    suggested = set()
     for _ in range(10):
         s = _join(suggester, pool, emb, 1.01, graph)  # above every similarity: no group is similar enough
         a, b = pool.index(s.image_a), pool.index(s.image_b)
         assert s.kind == "join" and a >= 5 and b >= 5  # two unplaced images
         assert "may start a new group" in s.reason
-        unplaced = [i for i in range(5, len(pool)) if i != a]
+        unplaced = [i for i in range(5, len(pool)) if i != a and frozenset((a, i)) not in suggested]
         assert sims[a, b] >= max(sims[a, i] for i in unplaced) - 1e-6  # its most similar unplaced image
+        suggested.add(frozenset((a, b)))
 
 
 def test_join_needs_a_group_and_never_uses_reserved_images():
@@ -308,3 +310,24 @@ def test_join_share_is_respected():
     assert 0.14 < kinds["random"] / 400 < 0.26
     with pytest.raises(ValueError, match="join_share"):
         Suggester(join_share=1.5)
+
+
+def test_merge_offers_the_closest_members_of_the_two_most_alike_groups_not_yet_set_apart():
+    pool, emb = open_pool(30), unit_rows(30, 16, seed=12)
+    # Groups {0,1}, {2,3}, {4,5}: the centres of the first two are identical, the third is far off.
+    for a, b in ((1, 0), (2, 0), (3, 2), (5, 4)):
+        emb[a] = emb[b]
+    emb[4] = -emb[0]
+    emb[5] = -emb[0]
+    pairs = [LabeledPair(f"s{i}", pool[a], pool[b], True) for i, (a, b) in enumerate(((0, 1), (2, 3), (4, 5)))]
+    graph = LabelGraph.from_pairs(pairs)
+    suggester = Suggester(seed=0, random_share=0.0, join_share=1.0)
+    merges = [s for s in (_join(suggester, pool, emb, 0.5, graph) for _ in range(20)) if s.kind == "merge"]
+    assert 4 <= len(merges) <= 16  # about half the join draws
+    first = merges[0]
+    assert {pool.index(first.image_a), pool.index(first.image_b)} in ({0, 2}, {0, 3}, {1, 2}, {1, 3})
+    assert first.similarity > 0.999 and "2 and 2 images" in first.reason and "implies 3 more pairs" in first.reason
+    # Once those two are labeled different, no merge is offered: {4,5} is unlike both (below the threshold).
+    graph.add(LabeledPair("d", first.image_a, first.image_b, False))
+    later = [_join(suggester, pool, emb, 0.5, graph) for _ in range(20)]
+    assert all(s.kind == "join" for s in later)
