@@ -7,14 +7,16 @@ from the seed's initial weights instead), and its ROC AUC is measured on fixed h
 that are never in the pool. Two arms share the pool, the initial weights and the training settings, and
 differ only in who picks the pairs:
 
-- ``suggested``: :class:`siamese.suggest.Suggester` as the app's ``/suggest_pair`` runs it (uncertain, hard
-  positive, hard negative, 20% random; the evaluation reserve never suggested; raw-pixel thumbnails as the
-  model-independent view), scoring the pool with the model and threshold of the previous round;
+- ``suggested``: :class:`siamese.suggest.Suggester` as the app's ``/suggest_pair`` runs it (join and merge
+  pairs that grow the labeled groups, uncertain, hard positive, hard negative, 20% random; the evaluation
+  reserve never suggested; raw-pixel thumbnails as the model-independent view), one suggestion per label
+  with the label graph of every answer so far, scoring the pool with the model and threshold of the
+  previous round;
 - ``random``: uniformly random pool pairs (the same class with ``random_share=1``, so the evaluation reserve
   is left out here too), what a user labels without suggestions.
 
 Training is the product's ``TrainConfig`` (AdamW 3e-3, warmup + cosine, batch 64, light augmentation,
-implied pairs up to 1 per label, 20 epochs) with two deviations, the same for both arms: every label trains
+4 implied pairs per label in each epoch, 20 epochs) with two deviations, the same for both arms: every label trains
 (the app holds out the pairs of 20% of the images for validation and drops the pairs across the split), so
 there is no early stopping and the threshold is calibrated on the training pairs; and a round runs at least
 ``--steps`` optimizer steps (20 epochs of 50 labels are 20 steps, far from trained). ``--epoch-check``

@@ -8,6 +8,7 @@ import pytest
 from PIL import Image
 
 from benchmarks.bench_active import crossing, draw_plot, main, round_config
+from siamese.suggest import KINDS
 from siamese.train import LabeledPair, TrainConfig
 
 
@@ -61,5 +62,28 @@ def test_a_tiny_run_prints_the_table_and_the_verdict(tmp_path, capsys):
     saved = json.loads(out.with_suffix(".json").read_text())
     suggested = saved["seeds"][0]["suggested"]
     assert len(suggested["pairs"]) == 80
-    assert {row[3] for row in suggested["pairs"]} <= {"uncertain", "hard_positive", "hard_negative", "random"}
+    assert {row[3] for row in suggested["pairs"]} <= set(KINDS)
     assert all(-1.0 <= row[4] <= 1.0 for row in suggested["pairs"])  # the similarity when it was suggested
+    # another seed, run apart, reports together with the first
+    other = tmp_path / "other.png"
+    assert main([*args, "--seeds", "1", "--out", str(other)]) == 0
+    capsys.readouterr()
+    both = tmp_path / "both.json"
+    assert (
+        main(
+            [
+                "--from-json",
+                str(out.with_suffix(".json")),
+                str(other.with_suffix(".json")),
+                "--json",
+                str(both),
+                "--out",
+                str(tmp_path / "both.png"),
+            ]
+        )
+        == 0
+    )
+    assert "over 2 seed(s)" in capsys.readouterr().out
+    merged = json.loads(both.read_text())["seeds"]
+    assert merged[0]["suggested"]["pairs"] == suggested["pairs"]
+    assert len(merged) == 2
