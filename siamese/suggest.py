@@ -293,7 +293,9 @@ class Suggester:
         for members in groups.group_members().values():
             if len(members) < 2:
                 continue
-            rows = [row_of[d] for d in members if d in row_of]  # reserved images are never suggested
+            rows = [
+                row_of[d] for d in sorted(members) if d in row_of
+            ]  # sorted: a set's order varies by process; reserved images never
             if rows:
                 member_rows += rows
                 member_group += [len(sizes)] * len(rows)

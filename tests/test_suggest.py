@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import subprocess
+import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +18,8 @@ from PIL import Image
 from siamese.labelgraph import LabelGraph
 from siamese.suggest import Suggester, Suggestion, is_evaluation_image, thumbnail_vectors
 from siamese.train import LabeledPair
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def digests(n: int, salt: str = "") -> list[str]:
@@ -331,3 +337,27 @@ def test_merge_offers_the_closest_members_of_the_two_most_alike_groups_not_yet_s
     graph.add(LabeledPair("d", first.image_a, first.image_b, False))
     later = [_join(suggester, pool, emb, 0.5, graph) for _ in range(20)]
     assert all(s.kind == "join" for s in later)
+
+
+def test_same_seed_same_join_suggestions_in_another_process():
+    """Groups are sets, whose order depends on the process's string hashing: suggestions must not."""
+    script = """
+import hashlib, torch
+from siamese.labelgraph import LabelGraph
+from siamese.suggest import Suggester
+from siamese.train import LabeledPair
+pool = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(300)]
+emb = torch.nn.functional.normalize(torch.randn(300, 8, generator=torch.Generator().manual_seed(0)), dim=1)
+graph = LabelGraph.from_pairs(LabeledPair(f"p{i}", pool[i], pool[i + 1], i % 5 != 4) for i in range(0, 120))
+s = Suggester(seed=0, random_share=0.0, join_share=1.0, candidates=16)
+for _ in range(12):
+    x = s.suggest(pool, emb, 0.2, graph.labeled(), graph.usage(), None, graph)
+    print(x.kind, x.image_a[:8], x.image_b[:8])
+"""
+    runs = []
+    for hash_seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=REPO)
+        assert done.returncode == 0, done.stderr
+        runs.append(done.stdout)
+    assert runs[0] == runs[1] and "merge" in runs[0] and "join" in runs[0]
