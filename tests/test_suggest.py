@@ -339,6 +339,7 @@ def test_merge_offers_the_closest_members_of_the_two_most_alike_groups_not_yet_s
     assert all(s.kind == "join" for s in later)
 
 
+@pytest.mark.slow  # two fresh interpreters importing torch
 def test_same_seed_same_join_suggestions_in_another_process():
     """Groups are sets, whose order depends on the process's string hashing: suggestions must not."""
     script = """
