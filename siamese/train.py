@@ -52,7 +52,7 @@ class TrainConfig:
     """How to fine-tune; the first five fields are the options of ``/train``.
 
     Defaults are tuned so that ``small_cnn`` from scratch reaches a held-out AUC above 0.95 on 500
-    labeled digit pairs with about 27,000 image forwards (under a minute on two idle CPU cores); see
+    labeled digit pairs with about 33,000 image forwards (about a minute on two idle CPU cores); see
     benchmarks/bench_train.py.
     """
 
