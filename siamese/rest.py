@@ -87,7 +87,9 @@ async def _two_images(request: Request) -> tuple[bytes, bytes]:
             "send a multipart/form-data body with two files, image_a and image_b (curl -F image_a=@a.jpg)"
         )
     declared = request.headers.get("content-length")
-    if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY):
+    if declared is not None and not declared.isdigit():
+        raise _BadRequest(f"Content-Length must be a number of bytes, got {declared[:40]!r}")
+    if declared is not None and int(declared) > MAX_BODY:
         raise _BadRequest(f"the request is larger than {MAX_BODY:,} bytes (two images of at most {MAX_BYTES:,})", 413)
     body, size = [], 0
     async for chunk in request.stream():  # read with a cap: a body without a length may not end

@@ -307,7 +307,7 @@ class Suggester:
         if len(sizes) > 1 and self._rng.random() < MERGE_SHARE:
             found = self._merge(pool, embeddings, threshold, blocked, groups, member_rows, member_group, sizes)
         return found or self._place(
-            pool, eligible, embeddings, threshold, blocked, used, groups, member_rows, sizes, member_group
+            pool, eligible, embeddings, threshold, blocked, used, groups, member_rows, member_group, sizes
         )
 
     def _merge(self, pool, embeddings, threshold, blocked, groups, member_rows, member_group, sizes):
@@ -350,7 +350,7 @@ class Suggester:
                 return Suggestion(a, b, float(closest[i, j]), reason, "merge")
         return None
 
-    def _place(self, pool, eligible, embeddings, threshold, blocked, used, groups, member_rows, sizes, member_group):
+    def _place(self, pool, eligible, embeddings, threshold, blocked, used, groups, member_rows, member_group, sizes):
         """An unplaced image (in no group of two or more), beside the nearest member of the group the model
         finds most like it; or, when it finds every group unlike, beside the most similar unplaced image."""
         rng = self._rng
