@@ -29,6 +29,7 @@ from .images import MAX_BYTES
 SCORE_PATH = "/v1/score"
 FIELDS = ("image_a", "image_b")
 MAX_BODY = 2 * MAX_BYTES + 64 * 1024  # two images at the upload limit, and the multipart framing
+TOO_LARGE = f"the request is larger than {MAX_BODY:,} bytes (two images of at most {MAX_BYTES:,})"
 MAX_MESSAGE = 300  # characters of a service message echoed back
 
 
@@ -90,14 +91,12 @@ async def _two_images(request: Request) -> tuple[bytes, bytes]:
     if declared is not None and not declared.isdigit():
         raise _BadRequest(f"Content-Length must be a number of bytes, got {declared[:40]!r}")
     if declared is not None and int(declared) > MAX_BODY:
-        raise _BadRequest(f"the request is larger than {MAX_BODY:,} bytes (two images of at most {MAX_BYTES:,})", 413)
+        raise _BadRequest(TOO_LARGE, 413)
     body, size = [], 0
     async for chunk in request.stream():  # read with a cap: a body without a length may not end
         size += len(chunk)
         if size > MAX_BODY:
-            raise _BadRequest(
-                f"the request is larger than {MAX_BODY:,} bytes (two images of at most {MAX_BYTES:,})", 413
-            )
+            raise _BadRequest(TOO_LARGE, 413)
         body.append(chunk)
     data = b"".join(body)
 
