@@ -31,6 +31,8 @@ as many. Prints a table (mean and min–max over the seeds) and the verdict, dra
     python benchmarks/bench_active.py --seeds 0 --epoch-check                # random arm: schedule against 2×
     python benchmarks/bench_active.py --from-json benchmarks/results/active.json   # report a saved run again
     python benchmarks/bench_active.py --from-json s0.json s1.json --json all.json  # seeds run apart, as one
+    python benchmarks/bench_active.py --seeds 3 --arms random --json r3.json      # one arm (report it with
+                                                                                  # --from-json beside the other)
 """
 
 from __future__ import annotations
@@ -464,11 +466,15 @@ def main(argv: list[str] | None = None) -> int:
         config = replace(config, implied_ratio=args.implied_ratio)
     tuning = {} if args.join_share is None else {"join_share": args.join_share}
     if args.from_json:  # the table, verdict and plot of a saved run, without training
-        results, args.seed_list = [], []
-        for path in args.from_json:  # runs of other seeds (in parallel processes) report as one
+        by_seed: dict[int, dict[str, Arm]] = {}
+        for path in args.from_json:  # runs of other seeds or arms (in parallel processes) report as one
             found, seeds, args.fresh = load_json(path)
-            results += found
-            args.seed_list += seeds
+            for seed, arms in zip(seeds, found, strict=True):
+                by_seed.setdefault(seed, {}).update({name: arm for name, arm in arms.items() if arm.rounds})
+        missing = [f"seed {seed}: {name}" for seed, arms in by_seed.items() for name in ARMS if name not in arms]
+        if missing:
+            parser.error(f"no rounds saved for {', '.join(missing)}")
+        args.seed_list, results = list(by_seed), list(by_seed.values())
         report(results, args, args.out, args.docs)
         if len(args.from_json) > 1 and args.json:
             save_json(results, args, args.json)

@@ -19,6 +19,13 @@ Each suggestion is one of four kinds, and says why it was chosen:
   sample only of what the model finds hard, and metrics on them stay honest.
 
 Both compare percentiles among the sampled pairs, so the two views' similarity scales need not agree.
+
+The model's share splits between uncertain, hard positive and hard negative pairs by how often each kind
+has lately found the model wrong: a suggestion remembers whether the model called its pair same, and once
+the pair is labeled (seen through ``groups``) the answer says whether the model was right. Each kind keeps
+its last ``KIND_WINDOW`` answers and gets at least ``KIND_FLOOR`` of the share; without answers the share
+splits in thirds. On digits, after 300 labels the hard negatives (pairs that look different, that the model
+calls same) were "same" 93–100% of the time: the model had learned them, and those labels taught little.
 When the threshold splits none of the sampled pairs (a model nobody has calibrated), an uncertain pick is
 meaningless and a hard positive is suggested instead: with many classes, likely "same" pairs are the rare,
 valuable ones.
@@ -35,7 +42,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Container, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -47,6 +54,10 @@ from PIL import Image
 
 EVALUATION_PERCENT = 10  # share of pool images reserved for evaluation: never suggested
 MERGE_SHARE = 0.5  # of the join draws, those that first look for two groups to merge
+MODEL_KINDS = ("uncertain", "hard_positive", "hard_negative")  # the kinds whose share follows their record
+KIND_WINDOW = 30  # answers per model kind that decide its share
+KIND_FLOOR = 0.05  # of the model's share, what each of its kinds keeps however rarely it finds a mistake
+PENDING = 512  # suggestions remembered until their answer comes (older ones are forgotten)
 KINDS = ("uncertain", "hard_positive", "hard_negative", "join", "merge", "random")
 
 
@@ -103,8 +114,8 @@ class Suggester:
         seed: the random stream (same seed and inputs ⇒ same suggestions).
         random_share: fraction of suggestions that are uniformly random pairs.
         join_share: of the other suggestions, the fraction that grow the labeled groups (``join`` and
-            ``merge``; when ``groups`` are given and some group has two images); the rest is split evenly
-            between uncertain, hard positive and hard negative pairs.
+            ``merge``; when ``groups`` are given and some group has two images); the rest goes to uncertain,
+            hard positive and hard negative pairs, by how often each kind's answers found the model wrong.
         evaluation_percent: share of pool images never suggested (see :func:`is_evaluation_image`).
         anchors: images scored per call, drawn favouring rarely used ones.
         candidates: partners each anchor is scored against (a random sample of the pool).
@@ -145,6 +156,45 @@ class Suggester:
         self._recent: deque[frozenset[str]] = deque(maxlen=recent)
         self._lock = threading.Lock()
         self._reserved: dict[str, bool] = {}  # digest -> evaluation-only (memoized: hashing 100k costs 0.1 s)
+        self._pending: OrderedDict[frozenset[str], tuple[str, bool]] = OrderedDict()  # pair -> (kind, model said same)
+        self._caught: dict[str, deque[bool]] = {k: deque(maxlen=KIND_WINDOW) for k in MODEL_KINDS}  # model wrong?
+
+    def kind_record(self) -> dict[str, tuple[int, int, float]]:
+        """Per model kind: (answers that found the model wrong, answers, share of the model's suggestions)."""
+        with self._lock:
+            shares = self._model_shares()
+            return {k: (sum(self._caught[k]), len(self._caught[k]), shares[k]) for k in MODEL_KINDS}
+
+    def _model_shares(self) -> dict[str, float]:
+        """The model's share split by each kind's smoothed rate of finding the model wrong, with a floor."""
+        rates = {k: (sum(h) + 1) / (len(h) + 2) for k, h in self._caught.items()}  # Laplace: no answers → ½
+        total = sum(rates.values())
+        free = 1.0 - KIND_FLOOR * len(rates)
+        return {k: KIND_FLOOR + free * rate / total for k, rate in rates.items()}
+
+    def _learn(self, labeled: Container[frozenset[str]], groups: Groups) -> None:
+        """Moves the remembered suggestions that have been labeled into their kind's record."""
+        for pair in [p for p in self._pending if p in labeled]:
+            kind, said_same = self._pending.pop(pair)
+            same = groups.relation(*sorted(pair))
+            if same is not None:
+                self._caught[kind].append(same != said_same)
+
+    def _remember(self, suggestion: Suggestion, threshold: float) -> None:
+        pair = frozenset((suggestion.image_a, suggestion.image_b))
+        self._pending[pair] = (suggestion.kind, suggestion.similarity >= threshold)
+        while len(self._pending) > PENDING:
+            self._pending.popitem(last=False)
+
+    def _model_kind(self, u: float) -> str:
+        """The model kind for a uniform draw ``u`` in [0, 1): thirds until the kinds have answers."""
+        shares = self._model_shares()
+        edge = 0.0
+        for kind in MODEL_KINDS[:-1]:
+            edge += shares[kind]
+            if u < edge:
+                return kind
+        return MODEL_KINDS[-1]
 
     def _eligible(self, pool: Sequence[str]) -> np.ndarray:
         reserved = self._reserved
@@ -186,6 +236,8 @@ class Suggester:
             eligible = self._eligible(pool)
             if len(eligible) < 2:
                 return None
+            if groups is not None:
+                self._learn(labeled, groups)
             used = _Uses(usage or {}, Counter(d for pair in self._recent for d in pair))
             blocked = _Blocked(labeled, set(self._recent))
             draw = self._rng.random()
@@ -196,8 +248,8 @@ class Suggester:
                 kind = "join"
             elif reference is None:
                 kind = "uncertain"
-            else:  # the rest of the model's share, in thirds
-                kind = KINDS[min(2, int(3 * (draw - join_end) / max(1e-12, 1 - join_end)))]
+            else:  # the rest of the model's share, by each kind's record
+                kind = self._model_kind((draw - join_end) / max(1e-12, 1 - join_end))
             # numpy, not torch, for these small products: torch's thread pool spins when the cores are
             # shared (a 200 × 200 product took 23 ms instead of 0.02 ms)
             embeddings = _as_array(embeddings)
@@ -208,7 +260,9 @@ class Suggester:
                 if found is None:  # no group of two yet: look for likely "same" pairs, which start groups
                     kind = "hard_positive" if reference is not None else "uncertain"
             if kind != "random" and found is None:
-                found = self._scored(pool, eligible, embeddings, threshold, blocked, used, reference, kind)
+                found, calibrated = self._scored(pool, eligible, embeddings, threshold, blocked, used, reference, kind)
+                if found is not None and calibrated:  # an uncalibrated threshold says nothing of the kind
+                    self._remember(found, threshold)
             if found is None:
                 found = self._random(pool, eligible, embeddings, blocked)
             if found is not None:
@@ -241,7 +295,8 @@ class Suggester:
 
     # -- the model's picks
 
-    def _scored(self, pool, eligible, embeddings, threshold, blocked, used, reference, kind) -> Suggestion | None:
+    def _scored(self, pool, eligible, embeddings, threshold, blocked, used, reference, kind):
+        """The best pair of ``kind`` among sampled pairs, or None; and whether the threshold splits them."""
         rng = self._rng
         uses = np.array([used.get(pool[i], 0) for i in eligible], dtype=np.float64)
         weights = 1.0 / (1.0 + uses) ** 2  # rarely used images anchor more often
@@ -253,8 +308,8 @@ class Suggester:
         sims = (embeddings[a_rows] @ embeddings[b_rows].T).astype(np.float64)  # (A, C)
         penalty = 1.0 / (1.0 + self.usage_penalty * (uses[anchors][:, None] + uses[partners][None, :]))
         invalid = a_rows[:, None] == b_rows[None, :]
-        said_same = sims >= threshold
-        if kind == "uncertain" and reference is not None and not 0.01 < said_same.mean() < 0.99:
+        calibrated = bool(0.01 < (sims >= threshold).mean() < 0.99)
+        if kind == "uncertain" and reference is not None and not calibrated:
             kind = "hard_positive"  # the threshold splits nothing (an uncalibrated model): look for likely "same"s
         if kind == "uncertain":
             score = np.exp(-(((sims - threshold) / self.band) ** 2))
@@ -274,16 +329,23 @@ class Suggester:
         for flat in top[np.argsort(-flat_scores[top], kind="stable")]:
             i, j = divmod(int(flat), score.shape[1])
             if not np.isfinite(score[i, j]) or score[i, j] <= 0:
-                return None
+                return None, calibrated
             a, b = pool[a_rows[i]], pool[b_rows[j]]
             if frozenset((a, b)) in blocked:
                 continue
             similarity = float(sims[i, j])
             if kind == "uncertain":
-                return Suggestion(a, b, similarity, _reason_uncertain(similarity, threshold, self.band), kind)
-            reason = _reason_hard(kind, similarity, threshold, float(model_rank[i, j]), float(looks_rank[i, j]))
-            return Suggestion(a, b, similarity, reason, kind)
-        return None
+                reason = _reason_uncertain(similarity, threshold, self.band)
+            else:
+                reason = _reason_hard(kind, similarity, threshold, float(model_rank[i, j]), float(looks_rank[i, j]))
+            return Suggestion(a, b, similarity, reason + self._record_note(kind), kind), calibrated
+        return None, calibrated
+
+    def _record_note(self, kind: str) -> str:
+        answers = self._caught[kind]
+        if not answers:
+            return ""
+        return f"; this kind found the model wrong in {sum(answers)} of its last {len(answers)} answered picks"
 
     def _joined(self, pool, eligible, embeddings, threshold, blocked, used, groups) -> Suggestion | None:
         """A pair that grows the labeled groups: half the time (when there is one) two groups the model

@@ -87,3 +87,18 @@ def test_a_tiny_run_prints_the_table_and_the_verdict(tmp_path, capsys):
     merged = json.loads(both.read_text())["seeds"]
     assert merged[0]["suggested"]["pairs"] == suggested["pairs"]
     assert len(merged) == 2
+    # one arm run alone is the same arm (arms share nothing but the setup), and reports beside the other
+    alone = tmp_path / "random1.json"
+    assert (
+        main([*args, "--seeds", "1", "--arms", "random", "--out", str(tmp_path / "r1.png"), "--json", str(alone)]) == 0
+    )
+    assert json.loads(alone.read_text())["seeds"][0]["random"]["pairs"] == merged[1]["random"]["pairs"]
+    with pytest.raises(SystemExit):
+        main(["--from-json", str(out.with_suffix(".json")), str(alone), "--out", str(tmp_path / "x.png")])
+    assert "no rounds saved for seed 1: suggested" in capsys.readouterr().err
+    joined = tmp_path / "joined.json"
+    files = [str(out.with_suffix(".json")), str(other.with_suffix(".json")), str(alone)]
+    assert main(["--from-json", *files, "--json", str(joined), "--out", str(tmp_path / "j.png")]) == 0
+    seed1 = json.loads(joined.read_text())["seeds"][1]
+    assert seed1["random"]["rounds"] == json.loads(alone.read_text())["seeds"][0]["random"]["rounds"]  # the last file's
+    assert seed1["suggested"]["pairs"] == merged[1]["suggested"]["pairs"]

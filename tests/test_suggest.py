@@ -362,3 +362,60 @@ for _ in range(12):
         assert done.returncode == 0, done.stderr
         runs.append(done.stdout)
     assert runs[0] == runs[1] and "merge" in runs[0] and "join" in runs[0]
+
+
+class _Stated:
+    """Groups that know only the stated labels (no implication): each answer is exactly what was said."""
+
+    def __init__(self):
+        self.answers: dict[frozenset[str], bool] = {}
+
+    def group_members(self):
+        return {}
+
+    def relation(self, image_a, image_b):
+        return self.answers.get(frozenset((image_a, image_b)))
+
+
+def _label_with(suggester, pool, emb, ref, threshold, answer, n):
+    """``n`` suggestions, each answered by ``answer(suggestion, model_said_same)``; the log of (kind, wrong)."""
+    stated, log = _Stated(), []
+    for _ in range(n):
+        s = suggester.suggest(pool, emb, threshold, stated.answers.keys(), Counter(), ref, stated)
+        said_same = s.similarity >= threshold
+        same = answer(s, said_same)
+        stated.answers[frozenset((s.image_a, s.image_b))] = same
+        log.append((s, same != said_same))
+    return log
+
+
+def test_the_kinds_that_find_the_model_wrong_get_more_of_its_share():
+    pool, emb, ref = open_pool(300), unit_rows(300, 16, seed=20), unit_rows(300, 16, seed=21)
+    suggester = Suggester(seed=0, random_share=0.0, join_share=0.0, anchors=64, candidates=256)
+    # An annotator who contradicts the model on uncertain pairs and agrees with it on hard ones.
+    log = _label_with(suggester, pool, emb, ref, 0.0, lambda s, said: not said if s.kind == "uncertain" else said, 240)
+    answered = log[:-1]  # the last answer is learned at the next call
+    record = suggester.kind_record()
+    rates = {}
+    for kind in ("uncertain", "hard_positive", "hard_negative"):
+        last = [wrong for s, wrong in answered if s.kind == kind][-30:]
+        assert record[kind][:2] == (sum(last), len(last))
+        rates[kind] = (sum(last) + 1) / (len(last) + 2)
+    assert record["uncertain"][:2] == (30, 30) and record["hard_negative"][0] == 0
+    for kind, rate in rates.items():
+        assert record[kind][2] == pytest.approx(0.05 + 0.85 * rate / sum(rates.values()))
+    late = Counter(s.kind for s, _ in log[-100:])
+    assert late["uncertain"] >= 70  # its share is 0.05 + 0.85·(31/32)/(33/32) ≈ 0.85; thirds at the start
+    assert Counter(s.kind for s, _ in log[:30])["uncertain"] <= 20
+    uncertain = next(s for s, _ in reversed(log) if s.kind == "uncertain")
+    assert "this kind found the model wrong in 30 of its last 30 answered picks" in uncertain.reason
+
+
+def test_answers_under_an_uncalibrated_threshold_or_without_groups_do_not_count():
+    pool, emb, ref = open_pool(100), unit_rows(100, 8, seed=22), unit_rows(100, 8, seed=23)
+    suggester = Suggester(seed=0, random_share=0.0, join_share=0.0)
+    _label_with(suggester, pool, emb, ref, 5.0, lambda s, said: not said, 40)  # the threshold splits nothing
+    assert all(record[:2] == (0, 0) for record in suggester.kind_record().values())
+    suggester.suggest_batch(20, pool, emb, 0.0, set(), Counter(), ref)  # no groups: no answers to learn from
+    assert all(record[:2] == (0, 0) for record in suggester.kind_record().values())
+    assert all(record[2] == pytest.approx(1 / 3) for record in suggester.kind_record().values())
