@@ -128,10 +128,11 @@ def label_round(arm: Arm, target: int, setup: Setup) -> None:
     (its labeled pairs excluded, its usage counted, its groups for ``join`` pairs).
     """
     embeddings = embed_pool(arm.model, setup.pixels)
+    calibrated = arm.model is not setup.initial  # trained at least once: its threshold was calibrated
     graph = LabelGraph.from_pairs(arm.pairs)
     while len(arm.pairs) < target:
         s = arm.suggester.suggest(
-            setup.pool, embeddings, arm.threshold, graph.labeled(), graph.usage(), setup.reference, graph
+            setup.pool, embeddings, arm.threshold, graph.labeled(), graph.usage(), setup.reference, graph, calibrated
         )
         if s is None:
             break

@@ -738,12 +738,19 @@ class ModelService:
 
     def suggest_pair(self) -> tuple[Path, Path, dict]:
         """The unlabeled pool pair that would teach the model most, and why."""
-        index, threshold = self._index(), self.active.threshold
+        index, active = self._index(), self.active
         digests, matrix = index.snapshot()
         reference = self._reference().rows(digests)
         with self._labels() as graph:
             suggestion = self.suggester.suggest(
-                digests, matrix, threshold, graph.labeled(), graph.usage(), reference, groups=graph
+                digests,
+                matrix,
+                active.threshold,
+                graph.labeled(),
+                graph.usage(),
+                reference,
+                groups=graph,
+                calibrated=bool(active.meta.get("metrics")),
             )
         if suggestion is None:
             raise ValueError("no unlabeled pair to suggest: add images to the pool (score, label or import some)")

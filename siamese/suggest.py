@@ -22,7 +22,8 @@ Both compare percentiles among the sampled pairs, so the two views' similarity s
 
 The model's share splits between uncertain, hard positive and hard negative pairs by how often each kind
 has lately found the model wrong: a suggestion remembers whether the model called its pair same, and once
-the pair is labeled (seen through ``groups``) the answer says whether the model was right. Each kind keeps
+the pair is labeled (seen through ``groups``) the answer says whether the model was right (only under a
+calibrated threshold: before the first training the model's verdict means nothing). Each kind keeps
 its last ``KIND_WINDOW`` answers and gets at least ``KIND_FLOOR`` of the share; without answers the share
 splits in thirds. On digits, after 300 labels the hard negatives (pairs that look different, that the model
 calls same) were "same" 93–100% of the time: the model had learned them, and those labels taught little.
@@ -212,6 +213,7 @@ class Suggester:
         usage: Mapping[str, int] | None = None,
         reference: torch.Tensor | None = None,
         groups: Groups | None = None,
+        calibrated: bool = True,
     ) -> Suggestion | None:
         """The next pair to label, or None when the pool has no unlabeled pair outside the reserve.
 
@@ -227,6 +229,8 @@ class Suggester:
             reference: (N, D') unit rows of a model-independent view (:func:`thumbnail_vectors`, or the
                 initial model's embeddings); without it, no hard positives or negatives are suggested.
             groups: the labels' groups (the ``LabelGraph``); without it, no ``join`` or ``merge`` pairs are suggested.
+            calibrated: whether ``threshold`` was calibrated on labels (False before the first training): the
+                answers to suggestions made under a threshold nobody calibrated do not count for their kind.
         """
         if embeddings.ndim != 2 or embeddings.shape[0] != len(pool):
             raise ValueError(f"need one embedding row per pool image; got {tuple(embeddings.shape)} for {len(pool)}")
@@ -260,8 +264,8 @@ class Suggester:
                 if found is None:  # no group of two yet: look for likely "same" pairs, which start groups
                     kind = "hard_positive" if reference is not None else "uncertain"
             if kind != "random" and found is None:
-                found, calibrated = self._scored(pool, eligible, embeddings, threshold, blocked, used, reference, kind)
-                if found is not None and calibrated:  # an uncalibrated threshold says nothing of the kind
+                found, splits = self._scored(pool, eligible, embeddings, threshold, blocked, used, reference, kind)
+                if found is not None and calibrated and splits:  # else the model's verdict means nothing
                     self._remember(found, threshold)
             if found is None:
                 found = self._random(pool, eligible, embeddings, blocked)

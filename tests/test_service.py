@@ -271,6 +271,35 @@ def test_suggest_pair_places_new_images_against_the_labeled_groups(service, item
     assert "labeled group of 3" in service.suggest_pair()[2]["reason"]
 
 
+def test_suggest_pair_learns_from_answers_only_under_a_calibrated_threshold(service, items):
+    """A kind's record counts answers to its suggestions only once the active model has been trained."""
+    for _, data in items[:24]:
+        service.add_image(data)
+    _, matrix = service._index().snapshot()
+    sims = (matrix @ matrix.T).numpy()
+    threshold = float(np.median(sims[np.triu_indices(len(sims), 1)]))  # splits the pool's pairs in half
+    service.suggester = Suggester(seed=0, random_share=0.0, join_share=0.0)
+
+    def answer(n):
+        kinds = []
+        for _ in range(n):
+            path_a, path_b, info = service.suggest_pair()
+            service.label_known(path_a.stem, path_b.stem, "different")
+            kinds.append(info["kind"])
+        return kinds
+
+    def answered():
+        return sum(n for _, n, _ in service.suggester.kind_record().values())
+
+    service._active = replace(service.active, threshold=threshold)  # meta without metrics: never trained
+    answer(8)
+    assert answered() == 0
+    service._active = replace(service.active, meta={**service.active.meta, "metrics": {"auc": 0.9}})
+    kinds = answer(8)
+    model_kinds = sum(k in ("uncertain", "hard_positive", "hard_negative") for k in kinds[:-1])
+    assert answered() == model_kinds > 0  # the 8th answer is learned at the next call; random picks never count
+
+
 def test_suggest_pair_on_an_empty_pool_is_a_clear_error(service):
     with pytest.raises(ValueError, match="no unlabeled pair"):
         service.suggest_pair()

@@ -416,6 +416,11 @@ def test_answers_under_an_uncalibrated_threshold_or_without_groups_do_not_count(
     suggester = Suggester(seed=0, random_share=0.0, join_share=0.0)
     _label_with(suggester, pool, emb, ref, 5.0, lambda s, said: not said, 40)  # the threshold splits nothing
     assert all(record[:2] == (0, 0) for record in suggester.kind_record().values())
+    stated = _Stated()
+    for _ in range(10):  # a threshold that splits the pairs, but one the caller says nobody calibrated
+        s = suggester.suggest(pool, emb, 0.0, stated.answers.keys(), Counter(), ref, stated, calibrated=False)
+        stated.answers[frozenset((s.image_a, s.image_b))] = False
+    assert all(record[:2] == (0, 0) for record in suggester.kind_record().values())
     suggester.suggest_batch(20, pool, emb, 0.0, set(), Counter(), ref)  # no groups: no answers to learn from
     assert all(record[:2] == (0, 0) for record in suggester.kind_record().values())
     assert all(record[2] == pytest.approx(1 / 3) for record in suggester.kind_record().values())
