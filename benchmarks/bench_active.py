@@ -8,10 +8,10 @@ that are never in the pool. Two arms share the pool, the initial weights and the
 differ only in who picks the pairs:
 
 - ``suggested``: :class:`siamese.suggest.Suggester` as the app's ``/suggest_pair`` runs it (join and merge
-  pairs that grow the labeled groups, uncertain, hard positive, hard negative, 20% random; the evaluation
-  reserve never suggested; raw-pixel thumbnails as the model-independent view), one suggestion per label
-  with the label graph of every answer so far, scoring the pool with the model and threshold of the
-  previous round;
+  pairs that grow the labeled groups, uncertain, hard positive, hard negative in shares that follow how
+  often each kind's answers found the model wrong, 20% random; the evaluation reserve never suggested;
+  raw-pixel thumbnails as the model-independent view), one suggestion per label with the label graph of
+  every answer so far, scoring the pool with the model and threshold of the previous round;
 - ``random``: uniformly random pool pairs (the same class with ``random_share=1``, so the evaluation reserve
   is left out here too), what a user labels without suggestions.
 
