@@ -562,9 +562,9 @@ def suggestion_inputs(service, monkeypatch) -> tuple[list[str], torch.Tensor]:
     seen = {}
     suggest = service.suggester.suggest
 
-    def spy(pool, embeddings, threshold, labeled, usage=None, reference=None, groups=None):
+    def spy(pool, embeddings, threshold, labeled, usage=None, reference=None, **rest):
         seen.update(pool=list(pool), reference=reference)
-        return suggest(pool, embeddings, threshold, labeled, usage, reference, groups)
+        return suggest(pool, embeddings, threshold, labeled, usage, reference, **rest)
 
     monkeypatch.setattr(service.suggester, "suggest", spy)
     service.suggest_pair()
