@@ -20,6 +20,10 @@ Each suggestion is one of four kinds, and says why it was chosen:
 
 Both compare percentiles among the sampled pairs, so the two views' similarity scales need not agree.
 
+When the threshold splits none of the sampled pairs (a model nobody has calibrated), an uncertain pick is
+meaningless and a hard positive is suggested instead: with many classes, likely "same" pairs are the rare,
+valuable ones.
+
 The model's share splits between uncertain, hard positive and hard negative pairs by how often each kind
 has lately found the model wrong: a suggestion remembers whether the model called its pair same, and once
 the pair is labeled (seen through ``groups``) the answer says whether the model was right (only under a
@@ -27,9 +31,6 @@ calibrated threshold: before the first training the model's verdict means nothin
 its last ``KIND_WINDOW`` answers and gets at least ``KIND_FLOOR`` of the share; without answers the share
 splits in thirds. On digits, after 300 labels the hard negatives (pairs that look different, that the model
 calls same) were "same" 93–100% of the time: the model had learned them, and those labels taught little.
-When the threshold splits none of the sampled pairs (a model nobody has calibrated), an uncertain pick is
-meaningless and a hard positive is suggested instead: with many classes, likely "same" pairs are the rare,
-valuable ones.
 
 Suggestions spread over the pool: images already in many labeled or recently suggested pairs are
 penalized. A fixed, seeded share of the pool (:func:`is_evaluation_image`, derived from each image's
@@ -312,8 +313,8 @@ class Suggester:
         sims = (embeddings[a_rows] @ embeddings[b_rows].T).astype(np.float64)  # (A, C)
         penalty = 1.0 / (1.0 + self.usage_penalty * (uses[anchors][:, None] + uses[partners][None, :]))
         invalid = a_rows[:, None] == b_rows[None, :]
-        calibrated = bool(0.01 < (sims >= threshold).mean() < 0.99)
-        if kind == "uncertain" and reference is not None and not calibrated:
+        splits = bool(0.01 < (sims >= threshold).mean() < 0.99)
+        if kind == "uncertain" and reference is not None and not splits:
             kind = "hard_positive"  # the threshold splits nothing (an uncalibrated model): look for likely "same"s
         if kind == "uncertain":
             score = np.exp(-(((sims - threshold) / self.band) ** 2))
@@ -333,7 +334,7 @@ class Suggester:
         for flat in top[np.argsort(-flat_scores[top], kind="stable")]:
             i, j = divmod(int(flat), score.shape[1])
             if not np.isfinite(score[i, j]) or score[i, j] <= 0:
-                return None, calibrated
+                return None, splits
             a, b = pool[a_rows[i]], pool[b_rows[j]]
             if frozenset((a, b)) in blocked:
                 continue
@@ -342,8 +343,8 @@ class Suggester:
                 reason = _reason_uncertain(similarity, threshold, self.band)
             else:
                 reason = _reason_hard(kind, similarity, threshold, float(model_rank[i, j]), float(looks_rank[i, j]))
-            return Suggestion(a, b, similarity, reason + self._record_note(kind), kind), calibrated
-        return None, calibrated
+            return Suggestion(a, b, similarity, reason + self._record_note(kind), kind), splits
+        return None, splits
 
     def _record_note(self, kind: str) -> str:
         answers = self._caught[kind]
